@@ -1,0 +1,1 @@
+"""Subcommands of `dice-lsp`, one module each."""
