@@ -1,0 +1,139 @@
+"""`dice-lsp inspect FILE [--json]`: print a kernel file's anatomy and its static deception findings.
+
+A reference linked from the file (`# dice: reference = path`) is read too, to sharpen the checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dice_lsp.anatomy import Anatomy, LineIndex, Span, parse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("inspect", help="show a kernel file's anatomy and deception findings")
+    parser.add_argument("file", type=Path, help="a KernelBench problem or solution (.py)")
+    parser.add_argument("--reference", type=Path, help="the problem file, when Model is not in FILE")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(run=run)
+
+
+def read_source(path: Path) -> str:
+    """A file's text for parsing; undecodable bytes become U+FFFD so that a binary file is reported, not fatal."""
+    from dice_lsp.cli import CommandError
+
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as error:
+        raise CommandError(f"cannot read {path}: {error.strerror or error}") from error
+
+
+def resolve_reference(path: Path, anatomy: Anatomy) -> Path | None:
+    """The problem file a solution links to, relative to the solution's folder."""
+    if anatomy.reference_link is None:
+        return None
+    candidate = Path(anatomy.reference_link).expanduser()
+    if not candidate.is_absolute():
+        candidate = path.parent / candidate
+    return candidate if candidate.is_file() else None
+
+
+def run(args: argparse.Namespace) -> int:
+    text = read_source(args.file)
+    anatomy = parse(text)
+    reference_path = args.reference or resolve_reference(args.file, anatomy)
+    reference = None
+    if reference_path is not None:
+        reference = parse(read_source(reference_path))
+        anatomy = parse(text, reference)
+    if args.json:
+        print(json.dumps(to_json(anatomy, reference_path), indent=2))
+    else:
+        print(render(anatomy, args.file, reference_path))
+    return 0
+
+
+def _where(index: LineIndex, span: Span) -> dict:
+    start_line, start_col = index.position(span.start, "utf-32")
+    end_line, end_col = index.position(span.end, "utf-32")
+    return {"start": span.start, "end": span.end, "line": start_line + 1, "column": start_col + 1,
+            "end_line": end_line + 1, "end_column": end_col + 1}
+
+
+def to_json(anatomy: Anatomy, reference_path: Path | None = None) -> dict:
+    index = LineIndex(anatomy.text)
+
+    def where(span: Span | None):
+        return _where(index, span) if span is not None else None
+
+    def klass(info):
+        if info is None:
+            return None
+        return {"name": info.name, "where": where(info.name_span), "bases": list(info.bases),
+                "init_params": list(info.init_params), "forward_params": list(info.forward_params),
+                "bindings": info.bindings, "forward_calls": [c.callee for c in info.forward_calls]}
+
+    return {
+        "model": klass(anatomy.model),
+        "model_new": klass(anatomy.model_new),
+        "get_inputs": where(anatomy.get_inputs),
+        "get_init_inputs": where(anatomy.get_init_inputs),
+        "reference_link": anatomy.reference_link,
+        "reference_path": str(reference_path) if reference_path else None,
+        "extensions": [
+            {
+                "name": e.name, "variable": e.variable, "where": where(e.call), "functions": list(e.functions),
+                "sources": [
+                    {"variable": s.variable, "role": s.role, "where": where(s.statement), "chars": len(s.value),
+                     "functions": [{"name": f.name, "kind": f.kind, "where": where(f.name_span)} for f in s.functions]}
+                    for s in e.sources
+                ],
+            }
+            for e in anatomy.extensions
+        ],
+        "splits": [{"source": s.source.variable, "prefix": where(s.prefix), "core": where(s.core),
+                    "suffix": where(s.suffix)} for s in anatomy.splits],
+        "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "where": where(f.span)}
+                     for f in anatomy.findings],
+        "syntax_errors": [where(s) for s in anatomy.syntax_errors],
+        "notes": list(anatomy.notes),
+    }
+
+
+def render(anatomy: Anatomy, path: Path, reference_path: Path | None) -> str:
+    index = LineIndex(anatomy.text)
+
+    def line(span: Span) -> str:
+        row, column = index.position(span.start, "utf-32")
+        return f"{row + 1}:{column + 1}"
+
+    out = [f"{path}"]
+    if anatomy.model is not None:
+        inputs = "get_inputs " + ("ok" if anatomy.get_inputs else "MISSING")
+        out.append(f"  reference  class Model at {line(anatomy.model.name_span)}  ({inputs})")
+    elif reference_path is not None:
+        out.append(f"  reference  {reference_path}")
+    if anatomy.model_new is not None:
+        out.append(f"  solution   class ModelNew at {line(anatomy.model_new.name_span)}")
+    for extension in anatomy.extensions:
+        out.append(f"  extension  {extension.name or '?'} = {extension.variable or '(unassigned)'} at "
+                   f"{line(extension.call)}, binds {', '.join(extension.functions) or 'nothing'}")
+        for source in extension.sources:
+            out.append(f"    {source.role:4} source {source.variable or '(inline literal)'} at {line(source.statement)}")
+            for function in source.functions:
+                out.append(f"      {function.kind:6} {function.name} at {line(function.name_span)}")
+    for split in anatomy.splits:
+        core_start, core_end = index.line_of(split.core.start) + 1, index.line_of(split.core.end) + 1
+        out.append(f"  DICE split for {split.source.variable}: prefix lines 1-{core_start - 1}, core lines "
+                   f"{core_start}-{core_end}, suffix lines {core_end}-{len(index.line_starts)}")
+    if anatomy.findings:
+        out.append("  findings:")
+        for finding in anatomy.findings:
+            out.append(f"    {line(finding.span)} {finding.severity} [{finding.code}] {finding.message}")
+    else:
+        out.append("  findings: none")
+    for note in anatomy.notes:
+        out.append(f"  note: {note}")
+    return "\n".join(out)
