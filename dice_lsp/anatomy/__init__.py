@@ -61,12 +61,7 @@ def parse(text: str, reference: Anatomy | str | None = None) -> Anatomy:
         notes.append("`class Model` has no `get_inputs()` beside it, so it cannot be run")
     if reading.model_new is not None and not reading.extensions:
         notes.append("`class ModelNew` compiles no extension: no `load_inline(...)` call found")
-    for extension in reading.extensions:
-        if not extension.sources:
-            notes.append(
-                "a `load_inline` call's sources could not be followed to string literals "
-                "(f-strings, function calls and file reads are not evaluated)"
-            )
+    notes.extend(reading.notes)
     splits = tuple(
         Split(Span(0, source.statement.start), source.statement, Span(source.statement.end, len(text)), source)
         for extension in reading.extensions

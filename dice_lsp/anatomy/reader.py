@@ -55,6 +55,7 @@ class FileReader:
         self.offsets = ByteOffsets(text, self.data)
         self.tree = _parser().parse(self.data)
         self.assignments: dict[str, list[Assignment]] = {}
+        self.unresolved: list[str] = []  # source arguments that are not string expressions we can evaluate
 
     # -- positions -------------------------------------------------------------------------------------------------
     def span(self, node: Node) -> Span:
@@ -83,6 +84,9 @@ class FileReader:
             elif definition.type == "function_definition" and name == "get_init_inputs":
                 reading.get_init_inputs = self.span(definition)
         reading.extensions = [self._extension(call) for call in _calls_named(root, "load_inline", self)]
+        for expression in self.unresolved:
+            reading.notes.append(f"the source `{expression}` passed to load_inline could not be followed to string "
+                                 "literals (f-strings, function calls and file reads are not evaluated)")
         if "Model" in reading.classes:
             reading.model = self._class(reading.classes["Model"], reading.extensions)
         if "ModelNew" in reading.classes:
@@ -160,6 +164,7 @@ class FileReader:
             return out
         literal = self.literal(node, call.start_byte)
         if literal is None:
+            self.unresolved.append(self.source(node).split("\n")[0][:60])
             return []
         variable = None
         statement = expression = node
