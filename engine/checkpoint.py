@@ -1,0 +1,247 @@
+"""Loading and saving checkpoints in the HF layout (config.json, safetensors, tokenizer.json), offline.
+
+`load` takes a directory or a hub id found in the local HF cache; `save` writes the same layout atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from engine.config import ModelConfig
+from engine.errors import EngineError
+from engine.model import SDARModel
+from engine.tokenizer import Tokenizer, _read_json
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+INDEX = "model.safetensors.index.json"
+
+
+@dataclass
+class Loaded:
+    """A checkpoint ready to decode: the model (eval mode, on its device), its tokenizer and where it came from."""
+
+    model: SDARModel
+    tokenizer: Tokenizer
+    config: ModelConfig
+    path: Path
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.tokenizer.chat_template
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+
+def resolve(model_ref: str) -> Path:
+    """The checkpoint directory for a local path or a hub id (`owner/name`) in the local HF cache."""
+    path = Path(model_ref).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise EngineError(f"{model_ref} is a file; give the checkpoint's directory (the one holding config.json)")
+    if model_ref.count("/") != 1 or model_ref.startswith((".", "/", "~")):
+        raise EngineError(f"no checkpoint directory {model_ref}; give a directory or a hub id like owner/name")
+    for hub in _hub_caches():
+        snapshot = _snapshot(hub / ("models--" + model_ref.replace("/", "--")))
+        if snapshot is not None:
+            return snapshot
+    raise EngineError(
+        f"{model_ref} is not in the local Hugging Face cache ({', '.join(str(p) for p in _hub_caches())}); "
+        f"dice-lsp never downloads. On a machine with internet run `huggingface-cli download {model_ref}` "
+        f"(or `huggingface-cli download {model_ref} --local-dir DIR`), then point dice.model at the directory"
+    )
+
+
+def _hub_caches() -> list[Path]:
+    roots = []
+    if os.environ.get("HF_HUB_CACHE"):
+        roots.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        roots.append(Path(os.environ["HF_HOME"]) / "hub")
+    roots.append(Path("~/.cache/huggingface/hub").expanduser())
+    return list(dict.fromkeys(roots))
+
+
+def _snapshot(repo: Path) -> Path | None:
+    """The snapshot that refs/main names, else the newest snapshot holding a config.json."""
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        candidate = repo / "snapshots" / ref.read_text().strip()
+        if (candidate / "config.json").is_file():
+            return candidate
+    snapshots = [p for p in (repo / "snapshots").glob("*") if (p / "config.json").is_file()]
+    return max(snapshots, key=lambda p: p.stat().st_mtime) if snapshots else None
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise EngineError(f"device {device} asked for, but PyTorch sees no CUDA GPU; set dice.device to cpu or auto")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, config: ModelConfig, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        # CPUs are slow and inexact in half precision; GPUs run the checkpoint's own dtype.
+        return torch.float32 if device.type == "cpu" else DTYPES.get(config.torch_dtype, torch.bfloat16)
+    if dtype not in DTYPES:
+        raise EngineError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def load(model_ref: str, device: str = "auto", dtype: str = "auto") -> Loaded:
+    path = resolve(model_ref)
+    raw = _read_json(path / "config.json")
+    if raw is None:
+        raise EngineError(f"{path} has no config.json: is it a checkpoint directory?")
+    config = ModelConfig.from_hf(raw)
+    tokenizer = Tokenizer.from_dir(path)
+    _complete_stop_ids(config, tokenizer, path)
+    torch_device = pick_device(device)
+    torch_dtype = pick_dtype(dtype, config, torch_device)
+    with torch.device("meta"):
+        model = SDARModel(config)
+    state = _read_weights(path, torch_device, torch_dtype)
+    _check_weights(model, state, path)
+    model.load_state_dict(state, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.eval().requires_grad_(False)
+    return Loaded(model=model, tokenizer=tokenizer, config=config, path=path)
+
+
+def _complete_stop_ids(config: ModelConfig, tokenizer: Tokenizer, path: Path) -> None:
+    """Stop on the config's EOS, generation_config.json's EOS ids and the chat's <|im_end|>, as SDAR-Chat does."""
+    ids = list(config.stop_token_ids)
+    generation = _read_json(path / "generation_config.json") or {}
+    eos = generation.get("eos_token_id", [])
+    ids += eos if isinstance(eos, list) else [eos]
+    for token in ("<|im_end|>", "<|endoftext|>"):
+        if tokenizer.token_id(token) is not None:
+            ids.append(tokenizer.token_id(token))
+    config.stop_token_ids = tuple(dict.fromkeys(int(i) for i in ids))
+
+
+def _weight_files(path: Path) -> list[Path]:
+    index = _read_json(path / INDEX)
+    if index is not None:
+        names = sorted(set((index.get("weight_map") or {}).values()))
+        if not names:
+            raise EngineError(f"{path / INDEX} has no weight_map")
+        missing = [name for name in names if not (path / name).is_file()]
+        if missing:
+            raise EngineError(
+                f"{path} lacks shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} named in {INDEX}; "
+                "download the checkpoint again"
+            )
+        return [path / name for name in names]
+    if (path / "model.safetensors").is_file():
+        return [path / "model.safetensors"]
+    if any(path.glob("*.bin")) or any(path.glob("*.pt")):
+        raise EngineError(f"{path} holds PyTorch pickles, not safetensors; dice-lsp loads only *.safetensors")
+    raise EngineError(f"{path} has no model.safetensors and no {INDEX}")
+
+
+def _read_weights(path: Path, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    state = {}
+    for file in _weight_files(path):
+        try:
+            with safe_open(str(file), framework="pt", device=str(device)) as reader:
+                for name in reader.keys():
+                    state[name] = reader.get_tensor(name).to(dtype)
+        except EngineError:
+            raise
+        except Exception as error:  # safetensors raises its own SafetensorError on truncated files
+            raise EngineError(f"cannot read {file}: {error}; download the checkpoint again") from None
+    return state
+
+
+def _check_weights(model: SDARModel, state: dict[str, torch.Tensor], path: Path) -> None:
+    expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        expected.pop("lm_head.weight", None)
+        state.pop("lm_head.weight", None)
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise EngineError(f"{path} lacks tensor{'s' if len(missing) > 1 else ''} {shown}: not a complete Qwen3/SDAR checkpoint")
+    for name, shape in expected.items():
+        if tuple(state[name].shape) != shape:
+            raise EngineError(
+                f"{path}: tensor {name} has shape {tuple(state[name].shape)} but config.json implies {shape}"
+            )
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise EngineError(f"{path} holds tensors the SDAR model does not have: {', '.join(unexpected[:5])}")
+
+
+def save(model: SDARModel, tokenizer: Tokenizer | Loaded, out_dir, max_shard_bytes: int | None = None) -> Path:
+    """Write `model` and `tokenizer` to `out_dir` in the HF layout, replacing it only once everything is written.
+
+    With max_shard_bytes, weights are split into model-0000N-of-0000M.safetensors plus an index, as HF does.
+    """
+    if isinstance(tokenizer, Loaded):
+        tokenizer = tokenizer.tokenizer
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        config = model.config
+        state = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
+        if config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        saved_dtype = next(iter(state.values())).dtype
+        hf = config.to_hf()
+        hf["torch_dtype"] = {v: k for k, v in DTYPES.items()}.get(saved_dtype, config.torch_dtype)
+        (temp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
+        generation = {"eos_token_id": list(config.stop_token_ids), "mask_token_id": config.mask_token_id}
+        (temp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+        _write_weights(state, temp, max_shard_bytes)
+        tokenizer.save(temp)
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(temp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(temp, out_dir)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _write_weights(state: dict[str, torch.Tensor], directory: Path, max_shard_bytes: int | None) -> None:
+    metadata = {"format": "pt"}
+    if max_shard_bytes is None:
+        save_file(state, str(directory / "model.safetensors"), metadata=metadata)
+        return
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(directory / file), metadata=metadata)
+        weight_map.update({name: file for name in shard})
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / INDEX).write_text(json.dumps(index, indent=2) + "\n")

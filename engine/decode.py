@@ -1,0 +1,258 @@
+"""Block-diffusion decoding as SDAR does it, in one function (`generate`) to check against the paper.
+
+How a block's tokens are run through the model is a runner's job: `CacheRunner` here, `fast.GraphRunner` beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+from typing import Callable
+
+import torch
+
+from engine.config import ModelConfig
+from engine.errors import EngineError
+from engine.generation import Generation, Progress
+from engine.model import KVCache, SDARModel, block_causal_mask
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    block_size: int = 4
+    steps: int = 4  # denoising passes per block at most
+    strategy: str = "static"  # "static": a fixed number per pass; "dynamic": also all above `threshold`
+    threshold: float = 0.9
+    temperature: float = 1.0  # 0 means greedy
+    top_k: int = 1  # 0 means no top-k filter
+    top_p: float = 1.0
+    max_new_tokens: int = 4096
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+def resolve(settings, config: ModelConfig, **overrides) -> DecodeSettings:
+    """DecodeSettings from any object with some of its fields (e.g. dice_lsp.settings.Decoding) and overrides;
+    block_size None means the checkpoint's, stop_token_ids None means the checkpoint's."""
+    values = {f.name: getattr(settings, f.name) for f in fields(DecodeSettings) if hasattr(settings, f.name)}
+    values.update(overrides)
+    if values.get("block_size") is None:
+        values["block_size"] = config.block_size
+    if values.get("stop_token_ids") is None:
+        values["stop_token_ids"] = config.stop_token_ids
+    values["stop_token_ids"] = tuple(int(i) for i in values["stop_token_ids"])
+    s = DecodeSettings(**values)
+    problems = []
+    if s.strategy not in ("static", "dynamic"):
+        problems.append(f"strategy must be static or dynamic, not {s.strategy!r}")
+    if s.block_size < 1 or s.steps < 1 or s.max_new_tokens < 1:
+        problems.append("block_size, steps and max_new_tokens must be >= 1")
+    if s.temperature < 0 or s.top_k < 0 or not 0 < s.top_p <= 1:
+        problems.append("temperature and top_k must be >= 0 and top_p in (0, 1]")
+    if problems:
+        raise EngineError("bad decoding settings: " + "; ".join(problems))
+    return s
+
+
+def transfer_schedule(masked: int, steps: int) -> list[int]:
+    """How many tokens static decoding commits at each pass: `masked` spread evenly, the remainder first."""
+    return [masked // steps + (1 if i < masked % steps else 0) for i in range(steps)]
+
+
+def sample(logits: torch.Tensor, s: DecodeSettings, generator: torch.Generator | None):
+    """A token for every position, and its confidence: the probability of that token under the distribution it was
+    drawn from (temperature, then top-k, then top-p), as SDAR computes it."""
+    logits = logits.float()
+    if s.temperature == 0:
+        confidence, tokens = logits.softmax(-1).max(-1)
+        return tokens, confidence
+    if s.top_k == 1:  # the filtered distribution is one-hot
+        return logits.argmax(-1), torch.ones(logits.shape[:-1], device=logits.device)
+    logits = logits / s.temperature
+    if s.top_k > 0:
+        kth = torch.topk(logits, min(s.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if s.top_p < 1.0:
+        ordered, order = torch.sort(logits, dim=-1, descending=True)
+        probs = ordered.softmax(-1)
+        drop = probs.cumsum(-1) - probs > s.top_p  # the mass before this token already exceeds top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    probs = logits.softmax(-1)
+    flat = probs.reshape(-1, probs.shape[-1])
+    tokens = torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+    return tokens, probs.gather(-1, tokens[..., None])[..., 0]
+
+
+def choose(confidence: torch.Tensor, masked: torch.Tensor, count: torch.Tensor, threshold: float | None):
+    """The masked positions to commit: per row the `count` most confident (ties go left), and with a threshold
+    (dynamic) also every one whose confidence exceeds it."""
+    confidence = confidence.masked_fill(~masked, float("-inf"))
+    order = torch.sort(confidence, dim=1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
+    commit = rank < count[:, None]
+    if threshold is not None:
+        commit |= confidence > threshold
+    return commit & masked
+
+
+class CacheRunner:
+    """Runs blocks through the plain model with a growing KVCache: the reference, on any device."""
+
+    def __init__(self, model: SDARModel):
+        self.model = model
+
+    def prefill(self, tokens, positions, valid, block_size):
+        self.valid, self.cache = valid, KVCache(self.model.config.num_hidden_layers)
+        if tokens.shape[1] == 0:
+            return
+        index = torch.arange(tokens.shape[1], device=tokens.device)
+        mask = block_causal_mask(index, index, block_size) & valid[:, None, None, : tokens.shape[1]]
+        mask |= torch.eye(tokens.shape[1], dtype=torch.bool, device=tokens.device)  # padding sees itself: no NaN
+        self._run(tokens, positions, mask, write=True)
+
+    def denoise(self, block, positions, start):
+        """Logits of the block, attending to the cache and to the whole block; the cache is unchanged."""
+        mask = self.valid[:, None, None, : start + block.shape[1]].expand(-1, 1, block.shape[1], -1)
+        return self.model.lm_head(self._run(block, positions, mask, write=False))
+
+    def commit(self, block, positions, start):
+        """Write the K/V of the block's final tokens into the cache."""
+        mask = self.valid[:, None, None, : start + block.shape[1]].expand(-1, 1, block.shape[1], -1)
+        self._run(block, positions, mask, write=True)
+
+    def _run(self, tokens, positions, mask, write):
+        self.cache.write = write
+        return self.model.hidden(tokens, positions, mask, self.cache)
+
+
+@torch.inference_mode()
+def generate(
+    model: SDARModel,
+    prompt_ids: list[list[int]],
+    settings=None,
+    on_block: Callable[[Progress], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    *,
+    tokenizer=None,
+    runner=None,
+    **overrides,
+) -> list[Generation]:
+    """Decode a batch of prompts by block diffusion (REFERENCE.md section 2); one Generation per prompt.
+
+    settings: DecodeSettings, dice_lsp.settings.Decoding or None; keyword overrides win (e.g. seed=0).
+    """
+    s = resolve(settings, model.config, **overrides)
+    if not prompt_ids:
+        return []
+    if any(len(p) == 0 for p in prompt_ids):
+        raise EngineError("cannot decode from an empty prompt")
+    began = time.perf_counter()
+    runner = runner or CacheRunner(model)
+    device = model.lm_head.weight.device
+    bs, B, mask_id, stops = s.block_size, len(prompt_ids), model.config.mask_token_id, set(s.stop_token_ids)
+
+    # Layout: each row is its prompt then MASKs, left-padded by whole blocks so that every row's first block with a
+    # MASK is the same physical block. Pads are never attended to; positions (for RoPE) restart at each prompt.
+    first = [len(p) // bs for p in prompt_ids]
+    shift = [(max(first) - f) * bs for f in first]
+    start = [sh + len(p) for sh, p in zip(shift, prompt_ids)]  # physical index of each row's first new token
+    origin = max(first) * bs
+    n_blocks = max(math.ceil((st + s.max_new_tokens - origin) / bs) for st in start)
+    total = origin + n_blocks * bs
+    tokens = torch.full((B, total), mask_id, dtype=torch.long, device=device)
+    valid = torch.ones((B, total), dtype=torch.bool, device=device)
+    for row, prompt in enumerate(prompt_ids):
+        tokens[row, : shift[row]] = model.config.eos_token_id
+        valid[row, : shift[row]] = False
+        tokens[row, shift[row] : start[row]] = torch.tensor(prompt, device=device)
+    shifts = torch.tensor(shift, device=device)
+    positions = (torch.arange(total, device=device)[None] - shifts[:, None]).clamp(min=0)
+    new = torch.arange(total, device=device)[None] >= torch.tensor(start, device=device)[:, None]
+    trace = torch.full((B, total), -1, dtype=torch.long, device=device)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(s.seed) if s.seed is not None else generator.seed()
+
+    runner.prefill(tokens[:, :origin], positions[:, :origin], valid, bs)
+    forwards = 1 if origin else 0
+    step = 0
+    done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
+    blocks = 0
+    for blocks in range(1, n_blocks + 1):
+        lo, hi = origin + (blocks - 1) * bs, origin + blocks * bs
+        if cancel is not None and cancel():
+            blocks -= 1
+            break
+        block, where = tokens[:, lo:hi], positions[:, lo:hi]  # views: commits land in `tokens`
+        live = torch.tensor([d is None for d in done], device=device)
+        masked = new[:, lo:hi] & live[:, None]
+        counts = [0 if done[r] else max(0, min(bs, hi - max(lo, start[r]))) for r in range(B)]
+        schedule = [transfer_schedule(c, s.steps) for c in counts]
+        per_pass = torch.tensor(schedule, device=device).T  # [steps, B]
+        for i in range(s.steps):
+            if s.strategy == "static" and not any(row[i] for row in schedule):
+                continue  # nothing to commit in this pass for any row
+            if s.strategy == "dynamic" and not masked.any():
+                break
+            logits = runner.denoise(block, where, lo)
+            forwards += 1
+            sampled, confidence = sample(logits, s, generator)
+            commit = choose(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
+            block.copy_(torch.where(commit, sampled, block))
+            trace[:, lo:hi].masked_fill_(commit, step)
+            masked &= ~commit
+            step += 1
+        runner.commit(block, where, lo)  # the cache only ever holds K/V of final tokens
+        forwards += 1
+
+        # Stop check, once per block: keep the stop token, drop what follows.
+        committed = block.tolist()
+        for r in range(B):
+            if done[r] is not None:
+                continue
+            for j, token in enumerate(committed[r]):
+                made = lo + j - start[r] + 1  # tokens generated up to and including this one
+                if made < 1:
+                    continue
+                if token in stops:
+                    done[r] = (made, "stop")
+                    break
+                if made >= s.max_new_tokens:
+                    done[r] = (made, "length")
+                    break
+        if on_block is not None:
+            on_block(_progress(blocks, lo, hi, start, done, tokens, tokenizer, began))
+        if all(d is not None for d in done):
+            break
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - began
+    end_of_decoding = origin + blocks * bs
+    rows, traces = tokens.tolist(), trace.tolist()
+    out = []
+    for r in range(B):
+        made, reason = done[r] if done[r] is not None else (max(0, end_of_decoding - start[r]), "cancelled")
+        ids = tuple(rows[r][start[r] : start[r] + made])
+        out.append(
+            Generation(
+                token_ids=ids,
+                trace=tuple(traces[r][start[r] : start[r] + made]),
+                stop_reason=reason,
+                text=tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else "",
+                prompt_tokens=len(prompt_ids[r]),
+                steps=step,
+                forwards=forwards,
+                seconds=seconds,
+            )
+        )
+    return out
+
+
+def _progress(blocks, lo, hi, start, done, tokens, tokenizer, began) -> Progress:
+    made = tuple(d[0] if d is not None else max(0, hi - s) for d, s in zip(done, start))
+    preview = ""
+    if tokenizer is not None:
+        tail = tokens[0, max(start[0], start[0] + made[0] - 64) : start[0] + made[0]].tolist()
+        preview = tokenizer.decode(tail, skip_special_tokens=True)
+    return Progress(blocks, made, sum(d is not None for d in done), time.perf_counter() - began, preview)

@@ -1,0 +1,197 @@
+"""The SDAR model: Qwen3 decoder layers whose attention is block-causal, readable top to bottom like nanoGPT.
+
+Parameter names equal the HF checkpoint's (`model.layers.N.self_attn.q_proj.weight`, ..., `lm_head.weight`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from engine.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in fp32, then scaled in the input's dtype (as Qwen3 does)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotary(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos and sin [B, L, head_dim] of RoPE's rotate-half form, computed in fp32."""
+    exponents = torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    angles = position_ids[..., None].float() * inv_freq
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, heads, L, D] by the angles of its positions."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+def block_causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[B, 1, Lq, Lk] bool, True where a query may attend: the key's block is not later than the query's."""
+    if query_positions.dim() == 1:
+        query_positions = query_positions[None]
+    if key_positions.dim() == 1:
+        key_positions = key_positions[None]
+    return (key_positions // block_size)[:, None, None, :] <= (query_positions // block_size)[:, None, :, None]
+
+
+class KVCache:
+    """Keys and values of final tokens, per layer, as [B, kv_heads, T, head_dim]; grows by concatenation.
+
+    `update` returns cached + new keys and values for attention and keeps the new ones only while `write` is True,
+    so a denoising pass reads the cache and the pass over a block's final tokens extends it.
+    """
+
+    def __init__(self, layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+        self.write = False
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys[layer] is not None:
+            k = torch.cat((self.keys[layer], k), dim=2)
+            v = torch.cat((self.values[layer], v), dim=2)
+        if self.write:
+            self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, index: int):
+        super().__init__()
+        self.index = index
+        self.heads, self.kv_heads, self.head_dim = (
+            config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+        )
+        d = config.hidden_size
+        self.q_proj = nn.Linear(d, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, d, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)  # QK-norm: per head, before RoPE
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, cache=None):
+        B, L, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, L, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, L, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(self.index, k, v)
+        # Grouped-query attention: the query heads sharing a KV head are folded into the query length, so every
+        # SDPA backend takes it without copying K/V; `mask` was folded the same way by the caller.
+        group = self.heads // self.kv_heads
+        q = q.reshape(B, self.kv_heads, group * L, self.head_dim)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
+        y = y.view(B, self.heads, L, self.head_dim).transpose(1, 2).reshape(B, L, self.heads * self.head_dim)
+        return self.o_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    """Pre-norm residual: x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: ModelConfig, index: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, index)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, mask, cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Trunk(nn.Module):
+    """Everything but the output head: HF's `model.` prefix."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Layer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class SDARModel(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = Trunk(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.gradient_checkpointing = False
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, input_ids, position_ids=None, attention_mask=None, cache: KVCache | None = None):
+        """Logits [B, L, V]; the logit at position i predicts the token at position i (no shift).
+
+        attention_mask: bool [B, 1, L, Lk] or [L, Lk], True where a query may attend to a key (Lk counts cached
+        keys first). None means block-causal with config.block_size, from position 0 (or from the cache's end).
+        """
+        return self.lm_head(self.hidden(input_ids, position_ids, attention_mask, cache))
+
+    def hidden(self, input_ids, position_ids=None, attention_mask=None, cache: KVCache | None = None):
+        """The final-normed hidden states [B, L, D]: `forward` without the output head."""
+        B, L = input_ids.shape
+        past = 0 if cache is None else cache.length
+        if position_ids is None:
+            position_ids = torch.arange(past, past + L, device=input_ids.device)[None].expand(B, L)
+        if attention_mask is None:
+            keys = torch.arange(past + L, device=input_ids.device)
+            attention_mask = block_causal_mask(position_ids, keys, self.config.block_size)
+        mask = fold_mask(attention_mask, self.config.num_attention_heads // self.config.num_key_value_heads)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rotary(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for layer in self.model.layers:
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, mask, cache)
+        return self.model.norm(x)
+
+
+def fold_mask(mask: torch.Tensor, group: int) -> torch.Tensor:
+    """A [B, 1, L, Lk] (or [L, Lk]) mask repeated for the `group` query heads folded into the query length."""
+    if mask.dim() == 2:
+        mask = mask[None, None]
+    return mask.repeat(1, 1, group, 1) if group > 1 else mask

@@ -1,0 +1,195 @@
+'''A tiny random SDAR checkpoint in the HF layout, with a byte-level BPE tokenizer trained here on built-in text.
+
+Tests of every package decode with it; it is also the starting point of the bundled model's training.
+'''
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from engine.checkpoint import save
+from engine.config import ModelConfig
+from engine.model import SDARModel
+from engine.tokenizer import Tokenizer
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>")
+
+# Qwen3's chat layout: <|im_start|>role\ncontent<|im_end|>\n per message, then the assistant's opening.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+CORPUS = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+
+class Model(nn.Module):
+    """Adds two tensors elementwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+
+
+def get_inputs():
+    a = torch.randn(4096, 4096)
+    b = torch.randn(4096, 4096)
+    return [a, b]
+
+
+def get_init_inputs():
+    return []
+
+
+elementwise_add_source = """
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+
+__global__ void elementwise_add_kernel(const float* a, const float* b, float* out, int size) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < size) {
+        out[idx] = a[idx] + b[idx];
+    }
+}
+
+torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b) {
+    auto size = a.numel();
+    auto out = torch::zeros_like(a);
+    const int block_size = 256;
+    const int num_blocks = (size + block_size - 1) / block_size;
+    elementwise_add_kernel<<<num_blocks, block_size>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), size);
+    return out;
+}
+"""
+
+elementwise_add_cpp_source = "torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b);"
+
+elementwise_add = load_inline(
+    name="elementwise_add",
+    cpp_sources=elementwise_add_cpp_source,
+    cuda_sources=elementwise_add_source,
+    functions=["elementwise_add_cuda"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.elementwise_add = elementwise_add
+
+    def forward(self, a, b):
+        return self.elementwise_add.elementwise_add_cuda(a, b)
+
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += blockDim.x * gridDim.x) {
+        y[i] = fmaxf(x[i], 0.0f);
+    }
+}
+
+__global__ void softmax_kernel(const float* x, float* y, int rows, int cols) {
+    extern __shared__ float shared[];
+    int row = blockIdx.x;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[row * cols + j]);
+    shared[threadIdx.x] = m;
+    __syncthreads();
+}
+
+class Model(nn.Module):
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+batch_size = 128
+dim = 16384
+x = torch.randn(batch_size, dim, device="cuda", dtype=torch.float32)
+torch.cuda.synchronize()
+TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+dim3 grid((n + 255) / 256);
+dim3 block(256);
+cudaError_t err = cudaGetLastError();
+You write custom CUDA kernels to replace the PyTorch operators in the given architecture to get speedups.
+Optimize the architecture named Model with custom CUDA operators! Name your optimized output architecture ModelNew.
+Output the new code in codeblocks. Please generate real code, NOT pseudocode, make sure the code compiles and is fully functional.
+```python
+```
+'''
+
+
+def train_tokenizer(vocab_size: int = 512) -> Tokenizer:
+    """A byte-level BPE (so any text encodes) with Qwen's special tokens and chat template."""
+    inner = RustTokenizer(models.BPE())
+    inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    inner.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    inner.train_from_iterator([CORPUS] * 4, trainer=trainer)
+    settings = {
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "mask_token": "<|MASK|>",
+        "model_max_length": 4096,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    return Tokenizer(inner, settings, CHAT_TEMPLATE)
+
+
+def tiny_config(tokenizer: Tokenizer, **overrides) -> ModelConfig:
+    ids = {token: tokenizer.token_id(token) for token in SPECIAL_TOKENS}
+    shape = dict(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        block_size=4,
+        mask_token_id=ids["<|MASK|>"],
+        eos_token_id=ids["<|endoftext|>"],
+        stop_token_ids=(ids["<|endoftext|>"], ids["<|im_end|>"]),
+        torch_dtype="float32",
+    )
+    shape.update(overrides)
+    return ModelConfig(**shape)
+
+
+def build(out_dir, seed: int = 0, max_shard_bytes: int | None = None, **overrides) -> Path:
+    """Write a tiny random checkpoint to `out_dir` (same seed, same weights) and return its path."""
+    tokenizer = train_tokenizer()
+    config = tiny_config(tokenizer, **overrides)
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = SDARModel(config)
+        # Larger weights than the 0.02 init make the random model's predictions peaked, so confidence-based
+        # decoding commits tokens in varied orders and the tests see both static and dynamic behaviour.
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "norm" not in name:
+                    param.normal_(0.0, 0.25 if "embed" in name or "lm_head" in name else 0.12)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return save(model, tokenizer, out_dir, max_shard_bytes=max_shard_bytes)

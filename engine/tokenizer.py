@@ -1,0 +1,70 @@
+"""A checkpoint's tokenizer: HF `tokenizer.json` through the `tokenizers` library, plus its chat template.
+
+Reads and writes the same files as HF (tokenizer.json, tokenizer_config.json, chat_template.jinja), offline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer as RustTokenizer
+
+from engine.errors import EngineError
+
+
+class Tokenizer:
+    def __init__(self, inner: RustTokenizer, settings: dict[str, Any] | None = None, chat_template: str | None = None):
+        self.inner = inner
+        self.settings = dict(settings or {})  # tokenizer_config.json
+        template = chat_template if chat_template is not None else self.settings.get("chat_template")
+        if isinstance(template, list):  # HF allows a list of named templates; take the default one
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default") or next(iter(named.values()), None)
+        self.chat_template: str | None = template or None
+
+    @classmethod
+    def from_dir(cls, directory: Path) -> Tokenizer:
+        path = Path(directory) / "tokenizer.json"
+        if not path.is_file():
+            raise EngineError(f"{directory} has no tokenizer.json: copy it from the checkpoint it was trained with")
+        try:
+            inner = RustTokenizer.from_file(str(path))
+        except Exception as error:  # the library raises a bare Exception on malformed files
+            raise EngineError(f"{path} is not a valid tokenizers file: {error}") from None
+        settings = _read_json(Path(directory) / "tokenizer_config.json") or {}
+        template_file = Path(directory) / "chat_template.jinja"
+        template = template_file.read_text(encoding="utf-8") if template_file.is_file() else None
+        return cls(inner, settings, template)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.inner.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; special tokens written in it (`<|im_start|>`) become their ids."""
+        return self.inner.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_id(self, token: str) -> int | None:
+        return self.inner.token_to_id(token)
+
+    def save(self, directory: Path) -> None:
+        directory = Path(directory)
+        self.inner.save(str(directory / "tokenizer.json"))
+        settings = dict(self.settings)
+        if self.chat_template is not None:
+            settings["chat_template"] = self.chat_template
+        (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise EngineError(f"{path} is not valid JSON: {error}") from None
