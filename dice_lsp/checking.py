@@ -1,0 +1,61 @@
+"""Background harness checks for the server: one per file, the newest save wins, the old one is killed.
+
+The harness itself runs candidates in child processes; this only owns the threads that wait for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger("dice_lsp")
+
+
+class CheckRunner:
+    def __init__(self) -> None:
+        self._running: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def start(self, uri: str, reference: str, solution: str, settings, done: Callable[[object], None]) -> None:
+        """Check `solution` against `reference` on a thread; `done(report)` is called with the Report."""
+        cancel = threading.Event()
+        with self._lock:
+            previous = self._running.get(uri)
+            if previous is not None:
+                previous.set()  # the harness kills that check's worker process tree
+            self._running[uri] = cancel
+
+        def work() -> None:
+            report = None
+            try:
+                import harness
+                from harness.options import Options
+
+                options = Options.from_settings(settings)
+                report = harness.check(reference, solution, options, cancel=cancel)
+            except Exception as error:  # a harness bug must surface as a report, never kill the server
+                log.exception("check failed")
+                from harness.report import Report
+
+                report = Report(status="crashed", message=f"dice-lsp's harness failed: {error}")
+            finally:
+                with self._lock:
+                    if self._running.get(uri) is cancel:
+                        del self._running[uri]
+            done(report)
+
+        threading.Thread(target=work, name=f"dice-check {uri}", daemon=True).start()
+
+    def cancel(self, uri: str) -> None:
+        with self._lock:
+            event = self._running.pop(uri, None)
+        if event is not None:
+            event.set()
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            events = list(self._running.values())
+            self._running.clear()
+        for event in events:
+            event.set()
