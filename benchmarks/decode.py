@@ -1,0 +1,184 @@
+"""Decoding speed of the engine on a random model of DICE-1.7B's shape, against HF transformers' generate().
+
+Prints a table and appends a dated section to benchmarks/RESULTS.md. Needs a CUDA GPU (about 20 GB free).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.config import ModelConfig  # noqa: E402
+from engine.decode import generate  # noqa: E402
+from engine.fast import GraphRunner  # noqa: E402
+from engine.model import SDARModel  # noqa: E402
+
+DICE_1_7B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, block_size=4)
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(device, gigabytes=2.0) -> float:
+    """Bytes per second moved by a device-to-device copy, counting bytes read and written."""
+    src = torch.empty(int(gigabytes * 2**30) // 2, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    return 2 * src.numel() * 2 / time_cuda(lambda: dst.copy_(src), 20)
+
+
+def time_cuda(fn, repeats) -> float:
+    """Mean seconds per call, by CUDA events (wall clock on a CPU, for --smoke)."""
+    if not torch.cuda.is_available():
+        began = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        return (time.perf_counter() - began) / repeats
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1000 / repeats
+
+
+def block_forward(model, runner, prompt_len) -> dict[str, float]:
+    """Latency of one graphed pass over a 4-token block at batch 1, with and without the output head."""
+    config = model.config
+    device = model.lm_head.weight.device
+    prompt = torch.randint(0, config.vocab_size, (1, prompt_len), device=device)
+    generate(model, prompt.tolist(), None, runner=runner, max_new_tokens=8, stop_token_ids=(), seed=0)
+    block = torch.full((1, 4), config.mask_token_id, device=device)
+    where = torch.arange(prompt_len, prompt_len + 4, device=device)[None]
+    denoise = time_cuda(lambda: runner.denoise(block, where, prompt_len), 50)
+    commit = time_cuda(lambda: runner.commit(block, where, prompt_len), 50)
+    return {"denoise": denoise, "commit": commit}
+
+
+def decode_speed(model, runner, batch, prompt_len, new_tokens, **settings) -> dict[str, float]:
+    prompt = torch.randint(0, model.config.vocab_size, (1, prompt_len)).tolist() * batch
+    args = dict(max_new_tokens=new_tokens, stop_token_ids=(), seed=0, **settings)  # random weights: no stops
+    generate(model, prompt, None, runner=runner, **args)  # captures the graphs
+    sync()
+    began = time.perf_counter()
+    out = generate(model, prompt, None, runner=runner, **args)
+    seconds = time.perf_counter() - began
+    tokens = sum(len(g.token_ids) for g in out)
+    return {"seconds": seconds, "forwards/s": out[0].forwards / seconds, "tokens/s": tokens / seconds,
+            "forwards": out[0].forwards}
+
+
+def hf_speed(model, batch, prompt_len, new_tokens) -> dict[str, float]:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    c = model.config
+    hf_config = Qwen3Config(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                            num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+                            num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim, rope_theta=c.rope_theta,
+                            tie_word_embeddings=False, max_position_embeddings=c.max_position_embeddings)
+    device = model.lm_head.weight.device
+    with device:
+        hf = Qwen3ForCausalLM(hf_config).to(model.lm_head.weight.dtype)
+    hf.load_state_dict(model.state_dict())  # same names: the very same weights
+    hf.eval()
+    prompt = torch.randint(0, c.vocab_size, (1, prompt_len), device=device).expand(batch, -1)
+    args = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    with torch.inference_mode():
+        hf.generate(prompt, **dict(args, max_new_tokens=4, min_new_tokens=4))
+        sync()
+        began = time.perf_counter()
+        out = hf.generate(prompt, **args)
+        sync()
+    assert out.shape[1] == prompt_len + new_tokens, out.shape
+    seconds = time.perf_counter() - began
+    return {"seconds": seconds, "forwards/s": new_tokens / seconds, "tokens/s": batch * new_tokens / seconds,
+            "forwards": new_tokens}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prompt", type=int, default=256, help="prompt tokens")
+    parser.add_argument("--new", type=int, default=256, help="tokens to generate per sample")
+    parser.add_argument("--hf-new", type=int, default=32, help="tokens HF generate() makes (it is slow)")
+    parser.add_argument("--no-hf", action="store_true")
+    parser.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))
+    parser.add_argument("--smoke", action="store_true", help="a tiny shape on any device; records nothing")
+    args = parser.parse_args()
+    if not torch.cuda.is_available() and not args.smoke:
+        print("benchmarks/decode.py needs a CUDA GPU (or --smoke)", file=sys.stderr)
+        return 2
+
+    torch.manual_seed(0)
+    shape = dict(DICE_1_7B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, vocab_size=1000, mask_token_id=999) if args.smoke else DICE_1_7B
+    config = ModelConfig(**shape)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with device:
+        model = SDARModel(config).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
+    model.eval().requires_grad_(False)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bandwidth = copy_bandwidth(device, 0.01 if args.smoke else 2.0)
+    roofline = weight_bytes / bandwidth
+    runner = GraphRunner(model)
+
+    began = time.perf_counter()
+    latency = block_forward(model, runner, args.prompt)
+    rows = [("block forward b=1, 4 tokens (with head)", f"{latency['denoise'] * 1e3:.3f} ms",
+             f"{latency['denoise'] / roofline:.2f}x roofline"),
+            ("block K/V write b=1 (no head)", f"{latency['commit'] * 1e3:.3f} ms",
+             f"{latency['commit'] / roofline:.2f}x roofline")]
+    settings = {
+        "static (steps 4, top_k 1)": dict(strategy="static", steps=4, top_k=1, temperature=1.0),
+        "dynamic (tau 0.9, T 1, no top-k)": dict(strategy="dynamic", steps=4, threshold=0.9, top_k=0, temperature=1.0),
+        "dynamic (tau 0.9, top_k 1)": dict(strategy="dynamic", steps=4, threshold=0.9, top_k=1, temperature=1.0),
+    }
+    speeds = []
+    for batch in (1, 4) if args.smoke else (1, 64):
+        for name, kw in settings.items():
+            r = decode_speed(model, runner, batch, args.prompt, args.new, **kw)
+            speeds.append((f"dice-lsp b={batch} {name}", r))
+        if not args.no_hf:
+            speeds.append((f"HF generate() b={batch} greedy", hf_speed(model, batch, args.prompt, args.hf_new)))
+    print(f"total benchmark time {time.perf_counter() - began:.1f} s, graphs captured {runner.captures}")
+
+    device = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    lines = [f"weights {weight_bytes / 1e9:.2f} GB, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
+             f"roofline (weights / bandwidth) {roofline * 1e3:.3f} ms",
+             "", "| measure | value | note |", "| --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    lines += ["", f"prompt {args.prompt} tokens, {args.new} new tokens per sample (HF: {args.hf_new}), stops off",
+              "", "| decoder | forwards/s | tokens/s | forwards | seconds |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {n} | {r['forwards/s']:.0f} | {r['tokens/s']:.0f} | {r['forwards']} | {r['seconds']:.2f} |"
+              for n, r in speeds]
+    table = "\n".join(lines)
+    print(table)
+    if args.smoke:
+        return 0
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    header = (f"\n## engine decode, {stamp}, {device} on {socket.gethostname()}\n\n"
+              f"benchmarks/decode.py: random DICE-1.7B-shaped SDAR model, bf16, torch {torch.__version__}, "
+              f"Python {platform.python_version()}\n\n")
+    path = Path(args.results)
+    if not path.exists():
+        path.write_text("# Benchmark results\n\nEach section is appended by the benchmark that measured it.\n")
+    with path.open("a") as f:
+        f.write(header + table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
