@@ -1,0 +1,83 @@
+"""Batch mode for eval, RL and data curation: build every solution in parallel on all cores, then check each.
+
+Checks run one per visible GPU at a time (one on CPU), through the same pipeline as single mode.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from harness import process
+from harness.errors import HarnessError
+from harness.options import Options
+from harness.pipeline import _Check
+from harness.report import Report
+
+
+def visible_gpus() -> list[str]:
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def prebuild(solutions: Sequence[str], options: Options, workers: int | None = None) -> None:
+    """Fill the build cache for every solution, `workers` builds at a time, sharing the cores between them."""
+    cores = os.cpu_count() or 1
+    parallel = max(1, min(workers or cores, len(solutions) or 1))
+    env = {"MAX_JOBS": str(max(1, cores // parallel))}
+    payload = options.with_(cache_dir=options.extensions_dir).to_dict()
+
+    def build(text: str) -> None:
+        worker = process.Worker(options, env)
+        try:
+            worker.call("build", options.build_timeout, path=worker.file("solution.py", text), options=payload)
+        except HarnessError:
+            pass  # the check that follows reports it, exactly as single mode would
+        finally:
+            worker.close()
+
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(build, solutions))
+
+
+def check_many(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,
+               gpus: list[str] | None = None) -> list[Report]:
+    """Reports for (reference, solution) pairs, in order; each equals what `harness.check` gives for the pair."""
+    options = options or Options()
+    prebuild([solution for _, solution in pairs], options, workers)
+    slots = (gpus if gpus is not None else visible_gpus()) if options.device != "cpu" else []
+    todo: queue.Queue[int] = queue.Queue()
+    for index in range(len(pairs)):
+        todo.put(index)
+    reports: list[Report | None] = [None] * len(pairs)
+
+    def drain(gpu: str | None) -> None:
+        env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+        local = options.with_(device="cuda") if gpu is not None and options.device.startswith("cuda:") else options
+        while True:
+            try:
+                index = todo.get_nowait()
+            except queue.Empty:
+                return
+            reference, solution = pairs[index]
+            reports[index] = _Check(reference, solution, local, threading.Event(), env).run()
+
+    threads = [threading.Thread(target=drain, args=(gpu,)) for gpu in (slots or [None])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [r for r in reports if r is not None]

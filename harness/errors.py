@@ -1,0 +1,13 @@
+"""The harness's one error type; `kind` says what went wrong so callers can turn it into a report status.
+
+Kinds: "timeout" (a stage ran past its limit), "died" (the worker process ended), "cancelled", "setup".
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    def __init__(self, message: str, kind: str = "setup", log: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.log = log

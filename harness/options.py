@@ -1,0 +1,71 @@
+"""How a check runs: trials, tolerance, time limits, baselines and resource limits for the worker processes.
+
+One frozen dataclass, sent to every worker as JSON; `Options.from_settings` reads the editor's `dice.*` settings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+Baseline = Literal["eager", "compile", "both", "none"]
+
+
+def default_cache_dir() -> str:
+    root = os.environ.get("DICE_LSP_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dice-lsp")
+    return str(Path(root) / "extensions")
+
+
+@dataclass(frozen=True)
+class Options:
+    correctness_trials: int = 5
+    timing_trials: int = 100
+    warmup_trials: int = 10
+    atol: float = 1e-2  # KernelBench v0.1 and the DICE paper
+    rtol: float = 1e-2
+    seed: int = 42  # Model and ModelNew are both built right after torch.manual_seed(seed)
+    baseline: Baseline = "both"  # which references to time: eager PyTorch, torch.compile, both, none
+    tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32, set identically on both sides
+    cudnn_tf32: bool = True  # torch.backends.cudnn.allow_tf32 (torch's default), identical on both sides
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    build_timeout: float = 600.0
+    run_timeout: float = 120.0  # per run stage: reference, verify, inspect, time
+    memory_limit_gb: float = 64.0  # address space is not limited with CUDA (it reserves huge ranges): see worker
+    file_size_limit_mb: int = 2048  # no single file a worker writes may grow past this
+    cpu_time_limit_s: int = 3600
+    cache_dir: str = ""  # "" -> ~/.cache/dice-lsp/extensions
+    light_build: bool = True  # try split translation units with lighter headers first
+    tiny_output_ratio: float = 0.05  # relative L2 error above this flags "tiny-output" even when allclose passes
+    precision_ratio: float = 1e-4  # relative L2 error above this (fp32 reference) flags "precision"
+    timer_tolerance: float = 0.25  # host time over events time beyond this fraction (+ overhead) flags "timer-mismatch"
+
+    @property
+    def extensions_dir(self) -> str:
+        return self.cache_dir or default_cache_dir()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Options:
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def with_(self, **changes: Any) -> Options:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Options:
+        """Options from `dice_lsp.settings.Settings` (duck-typed, so the harness does not import the server)."""
+        return cls(
+            correctness_trials=settings.correctness_trials,
+            timing_trials=settings.timing_trials,
+            atol=settings.tolerance,
+            rtol=settings.tolerance,
+            baseline=settings.baseline,
+            device=settings.device,
+            build_timeout=settings.build_timeout,
+            run_timeout=settings.run_timeout,
+        )

@@ -1,0 +1,270 @@
+"""The check itself: build -> verify -> inspect -> time across a reference worker and a solution worker.
+
+The caller's process only parses, sends commands and turns replies (or a worker's death) into one `Report`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any, Callable
+
+from dice_lsp.anatomy.types import Anatomy, Finding, Span
+
+from harness import diagnostics, findings, process
+from harness.cache import clean_stale_locks
+from harness.errors import HarnessError
+from harness.options import Options
+from harness.report import KernelShare, Report, Stage, Timing, Trial
+
+
+def parse(text: str, reference: Anatomy | None = None) -> Anatomy | None:
+    try:
+        from dice_lsp.anatomy import parse as anatomy_parse
+    except ImportError:  # anatomy's parser missing from this checkout: run-time checks still work
+        return None
+    return anatomy_parse(text, reference)
+
+
+class _Check:
+    """One check in progress; `workers` is shared with `Run.cancel`, which may kill them from another thread."""
+
+    def __init__(self, reference: str, solution: str, options: Options, cancel: threading.Event,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.reference, self.solution, self.options = reference, solution, options
+        self.cancel = cancel
+        self.extra_env = extra_env or {}
+        self.workers: list[process.Worker] = []
+        self.stages: list[Stage] = []
+        self.findings: list[Finding] = []
+        self.fields: dict[str, Any] = {}
+        self.anatomy: Anatomy | None = None
+
+    def stage(self, name: str, started: float, status: str = "ok", detail: str = "") -> None:
+        self.stages.append(Stage(name, status, round(time.perf_counter() - started, 4), detail))
+
+    def report(self, status: str, message: str = "", **more: Any) -> Report:
+        return Report(status=status, message=message, stages=tuple(self.stages), findings=tuple(self.findings),
+                      **{**self.fields, **more})
+
+    def run(self) -> Report:
+        exchange = tempfile.mkdtemp(prefix="dice-exchange-")
+        try:
+            return self._run(exchange)
+        except HarnessError as error:
+            return self._failed(error)
+        finally:
+            for worker in self.workers:
+                worker.close()
+            clean_stale_locks(self.options.extensions_dir)  # a killed build leaves its lock behind
+            shutil.rmtree(exchange, ignore_errors=True)
+
+    def _failed(self, error: HarnessError) -> Report:
+        stage = getattr(error, "stage", "")
+        if error.kind == "cancelled":
+            return self.report("cancelled", "cancelled")
+        if error.kind == "timeout":
+            self.stages.append(Stage(stage, "timed-out"))
+            return self.report("timed-out", str(error), log=error.log)
+        if stage == "reference":
+            return self.report("invalid", f"the reference failed: {error}", log=error.log)
+        self.findings.append(Finding("crash", f"the solution crashed during {stage}: {error}", self.forward_span(),
+                                     "error"))
+        return self.report("crashed", str(error), log=error.log)
+
+    def forward_span(self) -> Span:
+        model = self.anatomy.model_new if self.anatomy else None
+        if model is None:
+            return Span(0, 0)
+        return model.forward or model.name_span
+
+    def call(self, worker: process.Worker, op: str, stage: str, timeout: float, **payload: Any) -> dict[str, Any]:
+        try:
+            worker.send(op, **payload)
+            return worker.receive(timeout, self.cancel, stage)
+        except HarnessError as error:
+            error.stage = stage
+            raise
+
+    def receive(self, worker: process.Worker, stage: str, timeout: float) -> dict[str, Any]:
+        try:
+            return worker.receive(timeout, self.cancel, stage)
+        except HarnessError as error:
+            error.stage = stage
+            raise
+
+    def _run(self, exchange: str) -> Report:
+        options = self.options.with_(cache_dir=self.options.extensions_dir)
+        payload = options.to_dict()
+        started = time.perf_counter()
+        reference_anatomy = parse(self.reference)
+        self.anatomy = parse(self.solution, reference_anatomy)
+        if self.anatomy is not None:
+            self.fields["static_findings"] = self.anatomy.findings
+            if not self.anatomy.is_solution:
+                return self.report("invalid", "the solution defines no class ModelNew")
+        if reference_anatomy is not None and not reference_anatomy.is_reference:
+            return self.report("invalid", "the reference defines no class Model")
+        self.stage("parse", started)
+
+        reference = process.start(options, self.extra_env)
+        self.workers.append(reference)
+        solution = process.start(options, self.extra_env)
+        self.workers.append(solution)
+        if self.cancel.is_set():
+            raise HarnessError("cancelled", "cancelled")
+        started = time.perf_counter()
+        solution.send("build", path=solution.file("solution.py", self.solution), options=payload)
+        reference.send("reference", path=reference.file("reference.py", self.reference), options=payload,
+                       exchange=exchange)
+        built = self.receive(solution, "build", options.build_timeout)
+        extensions = built.get("extensions", [])
+        self.fields["build_cached"] = bool(extensions) and all(e["cached"] for e in extensions)
+        self.fields["build_mode"] = ",".join(sorted({e["mode"] for e in extensions if e["mode"]}))
+        if not built["ok"]:
+            failed = [e for e in extensions if not e["ok"]]
+            if failed:
+                self.stage("build", started, "failed")
+                return self.compile_error(failed)
+            self.stage("build", started, "failed", built["error"])
+            return self.report("crashed", f"importing the solution failed: {built['error']}", log=built["traceback"])
+        self.stage("build", started)
+        if not built["has_model_new"]:
+            return self.report("invalid", "the solution defines no class ModelNew")
+        warnings = diagnostics.place(
+            [r for e in extensions for r in diagnostics.parse(e["output"])], [e["layout"] for e in extensions],
+            self.anatomy, self.solution)
+        self.fields["diagnostics"] = tuple(warnings)
+        if any(e["with_cuda"] for e in extensions) and (options.device == "cpu" or not built["cuda_available"]):
+            return self.report("built-not-run", "built, not run: no GPU")
+
+        started = time.perf_counter()
+        ref = self.receive(reference, "reference", options.run_timeout)
+        if not ref["ok"]:
+            self.stage("reference", started, "failed", ref["error"])
+            return self.report("invalid", f"the reference failed: {ref['error']}", log=ref["traceback"])
+        self.stage("reference", started)
+        self.fields.update(device=ref["device"], tf32=ref["tf32"], cudnn_tf32=ref["cudnn_tf32"])
+        return self.verify_and_time(reference, solution, exchange, ref)
+
+    def compile_error(self, failed: list[dict[str, Any]]) -> Report:
+        raws = [r for e in failed for r in diagnostics.parse(e["output"])]
+        placed = diagnostics.place(raws, [e["layout"] for e in failed], self.anatomy, self.solution)
+        errors = [d for d in placed if d.severity == "error"]
+        message = errors[0].message if errors else f"building extension {failed[0]['name']!r} failed"
+        tail = failed[0]["output"][-4000:]
+        return self.report("compile-error", message, diagnostics=tuple(placed), log=tail)
+
+    def verify_and_time(self, reference: process.Worker, solution: process.Worker, exchange: str,
+                        ref: dict[str, Any]) -> Report:
+        options = self.options
+        started = time.perf_counter()
+        ran = self.call(solution, "run", "verify", options.run_timeout, exchange=exchange)
+        if not ran["ok"]:
+            self.stage("verify", started, "failed", ran["error"])
+            self.findings.append(Finding("crash", f"forward raised {ran['error']}", self.forward_span(), "error"))
+            return self.report("crashed", ran["error"], log=ran["traceback"])
+        compared = self.call(reference, "compare", "verify", options.run_timeout, exchange=exchange)
+        if not compared["ok"]:
+            raise HarnessError(compared["error"], "died", compared.get("traceback", ""))
+        trials = tuple(Trial(**{k: v for k, v in t.items() if k != "dtype_notes"}) for t in compared["trials"])
+        self.fields["trials"] = trials
+        self.findings.extend(findings.from_trials(compared["trials"], ref.get("dtypes", []), options,
+                                                  self.forward_span()))
+        self.findings.extend(findings.from_run(ran, options, self.forward_span()))
+        correct = all(t.passed for t in trials)
+        self.stage("verify", started, "ok" if correct else "failed")
+
+        if ran["device"] != "cpu":
+            started = time.perf_counter()
+            kernels = [k.name for k in self.anatomy.kernels] if self.anatomy else []
+            seen = self.call(solution, "inspect", "inspect", options.run_timeout, kernels=kernels)
+            if seen["ok"]:
+                self.fields["kernels"] = tuple(KernelShare(**k) for k in seen["kernels"])
+                self.findings.extend(findings.from_kernels(seen["kernels"], self.anatomy))
+            self.stage("inspect", started, "ok" if seen["ok"] else "failed", seen.get("error", ""))
+        if not correct:
+            failed = next(t for t in trials if not t.passed)
+            where = f" at {failed.where}" if failed.where else ""
+            message = failed.note or f"max abs error {failed.max_abs_error:.3g}{where} (seed {failed.seed})"
+            return self.report("mismatch", message)
+        if options.baseline == "none" and options.timing_trials <= 0:
+            return self.report("correct")
+        return self.time(reference, solution)
+
+    def time(self, reference: process.Worker, solution: process.Worker) -> Report:
+        options = self.options
+        started = time.perf_counter()
+        sides = [("eager", reference, False)] if options.baseline in ("eager", "both") else []
+        sides.append(("solution", solution, False))
+        if options.baseline in ("compile", "both"):
+            sides.append(("compile", reference, True))
+        raw: dict[str, dict[str, Any]] = {}
+        for name, worker, compiled in sides:
+            answer = self.call(worker, "time", "time", options.run_timeout, compile=compiled)
+            if not answer["ok"]:
+                if name == "solution":
+                    self.findings.append(Finding("crash", f"forward raised {answer['error']} while timed",
+                                                 self.forward_span(), "error"))
+                    self.stage("time", started, "failed", answer["error"])
+                    return self.report("crashed", answer["error"], log=answer["traceback"])
+                self.stage("time", started, "failed", f"{name}: {answer['error']}")
+                continue
+            raw[name] = answer["timing"]
+        timings = {k: Timing(**{f: v[f] for f in Timing.__dataclass_fields__}) for k, v in raw.items()}
+        self.fields["timings"] = timings
+        escaped = any(v.get("disagrees") for v in raw.values())
+        if raw.get("solution", {}).get("disagrees"):
+            self.findings.append(findings.timer_mismatch(raw["solution"], self.forward_span()))
+        clock = "host_median_ms" if escaped else "median_ms"
+        solution_ms = raw["solution"][clock] if "solution" in raw else None
+        for name, field_name in (("eager", "speedup_eager"), ("compile", "speedup_compile")):
+            if name in raw and solution_ms:
+                self.fields[field_name] = raw[name][clock] / solution_ms
+        if not any(s.name == "time" for s in self.stages):
+            self.stage("time", started)
+        return self.report("correct")
+
+
+def check(reference: str, solution: str, options: Options | None = None,
+          cancel: threading.Event | None = None, extra_env: dict[str, str] | None = None) -> Report:
+    """Check `solution` (text of a file with ModelNew) against `reference` (text with Model and get_inputs)."""
+    return _Check(reference, solution, options or Options(), cancel or threading.Event(), extra_env).run()
+
+
+class Run:
+    """A check on a background thread; `cancel()` kills its workers' process trees at once."""
+
+    def __init__(self, reference: str, solution: str, options: Options | None = None,
+                 on_done: Callable[[Report], None] | None = None) -> None:
+        self._check = _Check(reference, solution, options or Options(), threading.Event())
+        self._report: Report | None = None
+        self._done = threading.Event()
+        self._on_done = on_done
+        self._thread = threading.Thread(target=self._main, name="dice-harness-run", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self._report = self._check.run()
+        except Exception as error:  # a harness bug must still end the run with a report
+            self._report = Report("crashed", f"harness error: {type(error).__name__}: {error}")
+        self._done.set()
+        if self._on_done is not None:
+            self._on_done(self._report)
+
+    def cancel(self) -> None:
+        self._check.cancel.set()
+        for worker in list(self._check.workers):
+            worker.kill()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> Report:
+        if not self._done.wait(timeout):
+            raise HarnessError("the check is still running", "timeout")
+        assert self._report is not None
+        return self._report

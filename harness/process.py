@@ -1,0 +1,169 @@
+"""Worker processes seen from the caller: start one in its own session and private directory, talk, kill its tree.
+
+A worker that hangs, segfaults or runs out of memory ends only itself; its death becomes a `HarnessError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.options import Options
+
+_ROOT = str(Path(__file__).resolve().parent.parent)  # so `python -m harness.worker` imports this checkout
+_spares: dict[tuple, list[Worker]] = {}
+_spares_lock = threading.Lock()
+_spare_count = 0
+
+
+def _environment(options: Options, extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if not env.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
+        env["CUDA_HOME"] = "/usr/local/cuda"
+    limits = {"file_size_mb": options.file_size_limit_mb, "cpu_time_s": options.cpu_time_limit_s,
+              "memory_gb": options.memory_limit_gb, "cuda": options.device != "cpu"}
+    env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
+    env.update(extra)
+    return env
+
+
+class Worker:
+    """One worker process, started with `python -m harness.worker` in a new session (so its group can be killed)."""
+
+    def __init__(self, options: Options, extra_env: dict[str, str] | None = None) -> None:
+        self.key = _spare_key(options, extra_env or {})
+        self.directory = tempfile.mkdtemp(prefix="dice-harness-")
+        env = _environment(options, extra_env or {})
+        env["TMPDIR"] = self.directory
+        read, write = os.pipe()
+        self.log_path = Path(self.directory) / "worker.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.worker", str(write)], stdin=subprocess.PIPE, stdout=log,
+                stderr=subprocess.STDOUT, pass_fds=(write,), cwd=self.directory, env=env, start_new_session=True)
+        os.close(write)
+        self.reply = read
+        self.buffer = b""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def file(self, name: str, text: str) -> str:
+        path = Path(self.directory) / name
+        path.write_text(text)
+        return str(path)
+
+    def send(self, op: str, **payload: Any) -> None:
+        try:
+            self.process.stdin.write((json.dumps({"op": op, **payload}) + "\n").encode())
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError) as error:
+            raise HarnessError(f"worker ended before {op}: {self.ending()}", "died", self.log_tail()) from error
+
+    def receive(self, timeout: float, cancel: threading.Event | None = None, stage: str = "") -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            if cancel is not None and cancel.is_set():
+                self.kill()
+                raise HarnessError("cancelled", "cancelled")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise HarnessError(f"{stage or 'stage'} ran past its {timeout:.0f} s limit", "timeout",
+                                   self.log_tail())
+            ready, _, _ = select.select([self.reply], [], [], min(left, 0.05))
+            if ready:
+                chunk = os.read(self.reply, 1 << 20)
+                if not chunk:
+                    self.process.wait()
+                    raise HarnessError(f"{stage or 'worker'} crashed: {self.ending()}", "died", self.log_tail())
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def call(self, op: str, timeout: float, cancel: threading.Event | None = None, **payload: Any) -> dict[str, Any]:
+        self.send(op, **payload)
+        return self.receive(timeout, cancel, op)
+
+    def ending(self) -> str:
+        code = self.process.poll()
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (compilers, ninja) by process group."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+
+    def close(self) -> None:
+        self.kill()
+        try:
+            os.close(self.reply)
+        except OSError:
+            pass
+        if self.process.stdin:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _spare_key(options: Options, extra: dict[str, str]) -> tuple:
+    return (options.file_size_limit_mb, options.cpu_time_limit_s, options.memory_limit_gb, options.device != "cpu",
+            tuple(sorted(extra.items())))
+
+
+def keep_warm(count: int) -> None:
+    """Keep `count` started workers (torch already imported) per configuration, so a re-check skips the start-up."""
+    global _spare_count
+    _spare_count = count
+
+
+def start(options: Options, extra_env: dict[str, str] | None = None) -> Worker:
+    """A fresh worker: a warm spare when one matches, and a new spare started in its place."""
+    key = _spare_key(options, extra_env or {})
+    with _spares_lock:
+        spares = [w for w in _spares.get(key, []) if w.process.poll() is None]
+        worker = spares.pop(0) if spares else None
+        while len(spares) < _spare_count - (0 if worker else 1):
+            spares.append(Worker(options, extra_env))
+        _spares[key] = spares
+    return worker or Worker(options, extra_env)
+
+
+def close_spares() -> None:
+    with _spares_lock:
+        for spares in _spares.values():
+            for worker in spares:
+                worker.close()
+        _spares.clear()

@@ -1,0 +1,133 @@
+"""The commands a worker answers, one per stage: build, reference, run (solution), compare, inspect, time.
+
+Each takes the worker's `Side` and the command, and returns a JSON-ready dict; files travel through `exchange`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import inspect as runtime
+from harness import timing, verify
+from harness.worker import Side, load_module, pick_device
+
+
+def _local_arch(fallback: str) -> str:
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+    return fallback
+
+
+def build(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Import the solution: its load_inline calls build (or load from the cache) here."""
+    from harness.build import Builder
+
+    options = command["options"]
+    side.options = options
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch(command.get("arch", "9.0"))
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    side.builder = Builder(options["cache_dir"], options["light_build"], arch)
+    side.builder.install()
+    side.module = load_module(command["path"], "dice_solution")
+    return {"extensions": [e.to_dict() for e in side.builder.extensions], "arch": arch,
+            "cuda_available": torch.cuda.is_available(), "has_model_new": hasattr(side.module, "ModelNew")}
+
+
+def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Build Model after the seed, make every trial's inputs, keep the expected outputs here."""
+    options = side.options = command["options"]
+    side.device = pick_device(options["device"])
+    runtime.set_precision(options["tf32"], options["cudnn_tf32"])
+    module = side.module = load_module(command["path"], "dice_reference")
+    init = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
+    torch.manual_seed(options["seed"])
+    side.model = module.Model(*init).to(side.device).eval()
+    trials = []
+    with torch.no_grad():
+        for seed in verify.trial_seeds(options["seed"], options["correctness_trials"]):
+            torch.manual_seed(seed)
+            inputs = list(module.get_inputs())
+            trials.append((seed, inputs))
+            outputs = side.model(*verify.to_device(inputs, side.device))
+            side.expected.append(verify.detach_cpu(verify.flatten(outputs)))
+        torch.manual_seed(options["seed"] + verify.CHANGED_SEED_OFFSET)
+        changed = list(module.get_inputs())
+        side.expected_changed = verify.detach_cpu(verify.flatten(side.model(*verify.to_device(changed, side.device))))
+    side.trials = trials
+    torch.save({"init": init, "trials": trials, "changed": changed}, Path(command["exchange"]) / "inputs.pt")
+    return {"device": _device_name(side.device), **runtime.precision_state(),
+            "dtypes": sorted({str(t.dtype) for out in side.expected for t in out})}
+
+
+def run(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Build ModelNew after the same seed and run every trial, then the first trial again on changed inputs."""
+    options = side.options
+    side.device = pick_device(options["device"])
+    runtime.set_precision(options["tf32"], options["cudnn_tf32"])
+    before = runtime.precision_state()
+    data = torch.load(Path(command["exchange"]) / "inputs.pt", weights_only=False)
+    torch.manual_seed(options["seed"])
+    side.model = side.module.ModelNew(*data["init"]).to(side.device).eval()
+    outputs, threads_before = [], runtime.thread_ids()
+    with torch.no_grad():
+        first = None
+        for index, (_seed, inputs) in enumerate(data["trials"]):
+            tensors = verify.to_device(inputs, side.device)
+            result = verify.flatten(side.model(*tensors))
+            outputs.append(verify.detach_cpu(result))
+            if index == 0:
+                first = tensors
+        side.trials = [(data["trials"][0][0], verify.to_device(data["trials"][0][1], side.device))]
+        changed = verify.to_device(data["changed"], side.device)
+        count = verify.change_in_place(first, changed)
+        changed_out = verify.detach_cpu(verify.flatten(side.model(*first)))
+        if side.device.type == "cuda":
+            torch.cuda.synchronize()
+    threads = runtime.new_threads_since(threads_before)
+    torch.save({"trials": outputs, "changed": changed_out}, Path(command["exchange"]) / "outputs.pt")
+    after = runtime.precision_state()
+    return {"device": _device_name(side.device), "changed_tensors": count, "threads": threads,
+            "precision_before": before, "precision_after": after}
+
+
+def compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Reference side: compare the solution's outputs file against the expected outputs kept in memory."""
+    got = torch.load(Path(command["exchange"]) / "outputs.pt", weights_only=True)
+    atol, rtol = side.options["atol"], side.options["rtol"]
+    trials = []
+    for (seed, _inputs), expected, outputs in zip(side.trials, side.expected, got["trials"]):
+        trials.append({"seed": seed, **verify.compare(outputs, expected, atol, rtol)})
+    changed = verify.compare(got["changed"], side.expected_changed, atol, rtol)
+    trials.append({"seed": side.options["seed"] + verify.CHANGED_SEED_OFFSET, **changed, "changed_inputs": True})
+    norms = [float(torch.linalg.vector_norm(t.double())) for out in side.expected for t in out]
+    return {"trials": trials, "reference_norm": max(norms) if norms else 0.0}
+
+
+def inspect(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Solution side: which kernels ran during forward and their share of its GPU time."""
+    if side.device.type != "cuda":
+        return {"kernels": []}
+    inputs = side.trials[0][1]
+    return {"kernels": runtime.kernels(lambda: side.model(*inputs), command.get("kernels", []))}
+
+
+def time(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Time forward on the first trial's inputs: the solution, or the reference eager or under torch.compile."""
+    options = side.options
+    runtime.set_precision(options["tf32"], options["cudnn_tf32"])
+    inputs = verify.to_device(side.trials[0][1], side.device)
+    model = side.model
+    if command.get("compile"):
+        model = torch.compile(side.model)
+    result = timing.measure(lambda: model(*inputs), side.device, options["timing_trials"], options["warmup_trials"])
+    result["disagrees"] = timing.timer_disagrees(result, options["timer_tolerance"])
+    return {"timing": result, **runtime.precision_state()}
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -1,0 +1,88 @@
+"""Time stage: warm-up, an L2 flush before each trial, CUDA events per trial and host time over a device-wide sync.
+
+The clocks are bound when this module is imported, before any candidate code runs in the worker.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_synchronize = torch.cuda.synchronize
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
+    return {"median_ms": statistics.median(ordered), "spread_ms": q[2] - q[0], "min_ms": ordered[0],
+            "max_ms": ordered[-1]}
+
+
+def _flusher(device: torch.device) -> Callable[[], None]:
+    if device.type != "cuda":
+        return lambda: None
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20) or 64 << 20
+    buffer = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.float32, device=device)
+    return buffer.zero_
+
+
+def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmup: int) -> dict[str, Any]:
+    """Median and spread of `forward`; on CUDA also the host-clock median, which sees work on every stream."""
+    flush = _flusher(device)
+    cuda = device.type == "cuda"
+    sync = (lambda: _synchronize(device)) if cuda else (lambda: None)
+    with torch.no_grad():
+        for _ in range(max(warmup, 1)):
+            forward()
+        sync()
+        events, host = [], []
+        for _ in range(trials):
+            flush()
+            if cuda:
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+                sync()
+                h0 = _perf_counter()
+                _record(start)
+                forward()
+                _record(end)
+                sync()
+                h1 = _perf_counter()
+                events.append(_elapsed(start, end))
+            else:
+                h0 = _perf_counter()
+                forward()
+                h1 = _perf_counter()
+            host.append((h1 - h0) * 1e3)
+        overhead = _sync_overhead(sync) if cuda else 0.0
+    samples = events if cuda else host
+    return {**_summary(samples), "trials": trials, "host_median_ms": statistics.median(host),
+            "clock": "cuda-events" if cuda else "host", "overhead_ms": overhead}
+
+
+def _sync_overhead(sync: Callable[[], None], repeats: int = 20) -> float:
+    """Host time of an empty timed region: what host time always adds to event time."""
+    samples = []
+    for _ in range(repeats):
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        sync()
+        h0 = _perf_counter()
+        _record(start)
+        _record(end)
+        sync()
+        samples.append((_perf_counter() - h0) * 1e3)
+    return statistics.median(samples)
+
+
+def timer_disagrees(timing: dict[str, Any], tolerance: float) -> bool:
+    """Host time over a device-wide sync well above event time: work escaped the timed stream."""
+    if timing.get("clock") != "cuda-events":
+        return False
+    host = timing["host_median_ms"] - timing.get("overhead_ms", 0.0)
+    return host > timing["median_ms"] * (1 + tolerance) + 0.05

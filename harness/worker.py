@@ -1,0 +1,92 @@
+"""A worker process: runs one side (reference or solution) of a check, one stage per command from its parent.
+
+Commands arrive as JSON lines on stdin; each reply is one JSON line on the file descriptor named in argv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import traceback
+from typing import Any
+
+from harness import timing  # binds the clocks before any candidate code is imported
+
+
+def apply_limits(limits: dict[str, Any]) -> None:
+    """Resource limits for this process and the compilers it starts; address space only without CUDA."""
+    def cap(kind: int, value: int) -> None:
+        soft, hard = resource.getrlimit(kind)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(kind, (value, hard))
+
+    if limits.get("file_size_mb"):
+        cap(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) << 20)
+    if limits.get("cpu_time_s"):
+        cap(resource.RLIMIT_CPU, int(limits["cpu_time_s"]))
+    if limits.get("memory_gb") and not limits.get("cuda"):
+        cap(resource.RLIMIT_AS, int(float(limits["memory_gb"]) * (1 << 30)))
+    cap(resource.RLIMIT_CORE, 0)
+
+
+class Side:
+    """The state one worker keeps between commands."""
+
+    def __init__(self) -> None:
+        self.module: Any = None
+        self.model: Any = None
+        self.device: Any = None
+        self.trials: list[tuple[int, list[Any]]] = []
+        self.expected: list[list[Any]] = []
+        self.expected_changed: list[Any] = []
+        self.options: dict[str, Any] = {}
+        self.builder: Any = None
+
+
+def load_module(path: str, name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def pick_device(choice: str) -> Any:
+    import torch
+
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {choice!r} asked for, but torch sees no CUDA GPU")
+    device = torch.device("cuda" if choice == "auto" else choice)
+    torch.cuda.set_device(device)
+    return device
+
+
+def main() -> int:
+    reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+    apply_limits(json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}")))
+    from harness import stages
+
+    side = Side()
+    for line in sys.stdin:
+        command = json.loads(line)
+        try:
+            result = getattr(stages, command["op"].replace("-", "_"))(side, command)
+            answer = {"ok": True, **(result or {})}
+        except BaseException as error:  # the candidate may raise anything, SystemExit included
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}"[-8000:],
+                      "traceback": traceback.format_exc()[-8000:]}
+            if side.builder is not None:
+                answer["extensions"] = [e.to_dict() for e in side.builder.extensions]
+        reply.write(json.dumps(answer) + "\n")
+        reply.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
