@@ -12,7 +12,6 @@ import {
     RevealOutputChannelOn,
     ServerOptions,
     State,
-    TransportKind,
 } from "vscode-languageclient/node";
 import { LaunchOptions, describeLaunch, launchScope, resolveLaunch, sameLaunch } from "./launch";
 import { PythonEnvironments } from "./python";
@@ -39,16 +38,23 @@ export function clientOptions(log: vscode.LogOutputChannel): LanguageClientOptio
                     const answers = await next(params, token);
                     return answers instanceof ResponseError ? answers : injectTrust(params.items, answers);
                 },
+                // The session tells the server about changes itself: on `dice` changes and when trust is granted,
+                // which is no settings change. The client's own push (`settings: null` on a change to any
+                // extension's settings, once the server registers for it) would only make the server re-read twice.
+                didChangeConfiguration: () => Promise.resolve(),
             },
         },
     };
 }
 
+/**
+ * The server process over stdio. No `transport` is given on purpose: with `TransportKind.stdio` the client appends
+ * `--stdio` to the arguments, which `python -m dice_lsp` does not take; without one it still talks over stdio.
+ */
 export function serverOptions(launch: LaunchOptions, scope: vscode.Uri | undefined): ServerOptions {
     return {
         command: launch.command,
         args: [...launch.args],
-        transport: TransportKind.stdio,
         options: scope?.scheme === "file" ? { cwd: scope.fsPath } : {},
     };
 }

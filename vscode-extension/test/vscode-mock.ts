@@ -302,6 +302,7 @@ export const mock = {
     trusted: true,
     documents: [] as MockDocument[],
     activeDocument: undefined as MockDocument | undefined,
+    workspaceFolders: undefined as { uri: Uri; name: string; index: number }[] | undefined,
     commands: new Map<string, (...args: unknown[]) => unknown>(),
     executed: [] as { command: string; args: unknown[] }[],
     messages: [] as { kind: "error" | "warning" | "info"; text: string }[],
@@ -326,7 +327,7 @@ export const mock = {
         this.outputs = [];
         this.diagnostics.clear();
         this.extensions.clear();
-        workspace.workspaceFolders = undefined;
+        this.workspaceFolders = undefined;
     },
     setSetting(key: string, value: unknown): void {
         this.settings.set(key, value);
@@ -369,14 +370,14 @@ const defaultSettings: Map<string, unknown> = (() => {
     };
     return new Map(Object.entries(manifest.contributes.configuration.properties).map(([k, v]) => [k, v.default]));
 })();
-mock.reset();
-
 export const version = "1.85.0";
 
 export const env = { appName: "Visual Studio Code (mock)", language: "en", openExternal: async () => true };
 
 export const workspace = quietEvents({
-    workspaceFolders: undefined as { uri: Uri; name: string; index: number }[] | undefined,
+    get workspaceFolders(): { uri: Uri; name: string; index: number }[] | undefined {
+        return mock.workspaceFolders;
+    },
     get isTrusted(): boolean {
         return mock.trusted;
     },
@@ -503,3 +504,5 @@ export const commands = {
 export const extensions = {
     getExtension: (id: string) => mock.extensions.get(id),
 };
+
+mock.reset();

@@ -1,0 +1,141 @@
+// The bundled extension (dist/extension.js) activated against the real server, `python3 -m dice_lsp`, run from
+// this repository: it starts the server, syncs an opened document and shows the server's diagnostics for it.
+import "./register-vscode";
+import { after, before, describe, it } from "node:test";
+import * as assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { Diagnostic, mock, Uri } from "./vscode-mock";
+
+const repository = path.resolve(__dirname, "..", "..", "..");
+const bundle = path.resolve(__dirname, "..", "..", "dist", "extension.js");
+const SERVER_TIMEOUT_MS = 90_000;
+
+// A solution that compiles a CUDA kernel and then never calls it: forward falls back to torch.matmul, and there is
+// no reference `Model` to check it against.
+const DECEPTIVE_SOLUTION = `import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+__global__ void scale_kernel(const float* x, float* y, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * s;
+}
+
+torch::Tensor scale(torch::Tensor x, double s) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), (float)s, n);
+    return y;
+}
+"""
+
+cpp_source = "torch::Tensor scale(torch::Tensor x, double s);"
+
+scale = load_inline(name="scale", cpp_sources=cpp_source, cuda_sources=cuda_source, functions=["scale"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+`;
+
+interface Extension {
+    activate(context: { subscriptions: { dispose(): unknown }[] }): Promise<void>;
+    deactivate(): Promise<void>;
+}
+
+/** The first non-empty `dice` diagnostics published for `uri`; fails with the extension's log after the timeout. */
+function diceDiagnostics(uri: string): Promise<Diagnostic[]> {
+    return new Promise((resolve, reject) => {
+        const onSet = (target: string, diagnostics: Diagnostic[]) => {
+            if (target === uri && diagnostics.some((d) => d.source === "dice")) {
+                clearTimeout(timer);
+                mock.diagnosticEvents.off("set", onSet);
+                resolve(diagnostics);
+            }
+        };
+        const timer = setTimeout(() => {
+            mock.diagnosticEvents.off("set", onSet);
+            reject(new Error(`no dice diagnostics for ${uri}; the extension's log:\n${mock.output()}`));
+        }, SERVER_TIMEOUT_MS);
+        mock.diagnosticEvents.on("set", onSet);
+    });
+}
+
+/** Resolves once `condition` holds; fails with `message` after the timeout. */
+async function until(condition: () => boolean, message: string): Promise<void> {
+    const deadline = Date.now() + SERVER_TIMEOUT_MS;
+    while (!condition()) {
+        if (Date.now() > deadline) {
+            throw new Error(message);
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+}
+
+describe("the bundled extension with the real dice-lsp server", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
+    const context = { subscriptions: [] as { dispose(): unknown }[] };
+    let extension: Extension;
+    let folder: string;
+
+    before(async () => {
+        mock.reset();
+        // The repository is the workspace: the server runs there, so `-m dice_lsp` finds this checkout.
+        mock.workspaceFolders = [{ uri: Uri.file(repository), name: "dice-lsp", index: 0 }];
+        folder = fs.mkdtempSync(path.join(os.tmpdir(), "dice-vscode-"));
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        extension = require(bundle) as Extension;
+        await extension.activate(context);
+    });
+
+    after(async () => {
+        await extension.deactivate();
+        context.subscriptions.forEach((item) => item.dispose());
+        fs.rmSync(folder, { recursive: true, force: true });
+    });
+
+    it("launches `python3 -m dice_lsp` when no interpreter is configured", () => {
+        assert.match(mock.output(), /starting the server \(activation\): python3 -m dice_lsp/);
+        assert.doesNotMatch(mock.statusItems[0].text, /error|stopped/, mock.output());
+    });
+
+    it("shows the server's diagnostics for a solution that compiles a kernel and calls torch instead", async () => {
+        const file = path.join(folder, "matmul_dice.py");
+        fs.writeFileSync(file, DECEPTIVE_SOLUTION);
+        const published = diceDiagnostics(Uri.file(file).toString());
+        mock.openDocument(file, DECEPTIVE_SOLUTION);
+        const diagnostics = await published;
+        assert.ok(diagnostics.some((d) => d.source === "dice"));
+    });
+
+    it("shows the state the server reports in the status item", async () => {
+        const item = mock.statusItems[0];
+        await until(() => item.text !== "DICE starting", `the server reported no state; the log:\n${mock.output()}`);
+        assert.equal(item.text, "DICE ready");
+        assert.match(item.detail ?? "", /^no model loaded/);
+        assert.equal(item.busy, false);
+    });
+
+    it("exposes the server's commands to the client commands", () => {
+        for (const command of ["dice.server.generate", "dice.server.infill", "dice.server.benchmark"]) {
+            assert.ok(mock.commands.has(command), `the server does not offer ${command}`);
+        }
+    });
+
+    it("restarts the server with a newly configured interpreter, which sees the open document again", async () => {
+        const python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
+        const uri = mock.documents[0].uri.toString();
+        mock.diagnostics.clear();
+        const published = diceDiagnostics(uri);
+        mock.setSetting("dice.interpreter", python);
+        await published;
+        assert.match(mock.output(), new RegExp(`starting the server \\(launch settings changed\\): ${python} -m dice_lsp`));
+    });
+});

@@ -1,0 +1,79 @@
+// The `dice` section as the server receives it: the user's settings with the editor's workspace trust.
+import "./register-vscode";
+import { beforeEach, describe, it } from "node:test";
+import * as assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import * as path from "node:path";
+import { mock } from "./vscode-mock";
+import { injectTrust, serverSettings } from "../src/settings";
+
+describe("serverSettings", () => {
+    beforeEach(() => mock.reset());
+
+    it("sends every server setting with its package.json default, nested as the server reads them", () => {
+        const settings = serverSettings(undefined);
+        assert.equal(settings.model, "");
+        assert.equal(settings.device, "auto");
+        assert.equal(settings.baseline, "both");
+        assert.equal(settings.solutionLocation, "sibling");
+        assert.equal(settings.runOnSave, true);
+        assert.deepEqual(settings.decoding, {
+            blockSize: null,
+            steps: 4,
+            strategy: "static",
+            threshold: 0.9,
+            temperature: 1.0,
+            topK: 1,
+            topP: 1.0,
+            maxNewTokens: 4096,
+        });
+        assert.equal(settings.trustedWorkspace, true);
+    });
+
+    it("reports an untrusted workspace even when a settings file claims otherwise", () => {
+        mock.trusted = false;
+        mock.settings.set("dice.trustedWorkspace", true);
+        assert.equal(serverSettings(undefined).trustedWorkspace, false);
+    });
+});
+
+describe("injectTrust", () => {
+    beforeEach(() => mock.reset());
+
+    it("adds trustedWorkspace to answers for the dice section only", () => {
+        mock.trusted = false;
+        const answers = injectTrust(
+            [{ section: "dice" }, { section: "python" }, {}],
+            [{ model: "m" }, { analysis: 1 }, null],
+        );
+        assert.deepEqual(answers, [{ model: "m", trustedWorkspace: false }, { analysis: 1 }, null]);
+    });
+
+    it("answers the dice section with trust even when the editor had no value for it", () => {
+        assert.deepEqual(injectTrust([{ section: "dice" }], [null]), [{ trustedWorkspace: true }]);
+    });
+});
+
+describe("package.json's settings", () => {
+    beforeEach(() => mock.reset());
+
+    it("are the server's own keys and defaults (dice_lsp.settings.Settings.to_client)", () => {
+        const repository = path.resolve(__dirname, "..", "..", "..");
+        const script = "import json; from dice_lsp.settings import Settings; print(json.dumps(Settings().to_client()))";
+        const server = JSON.parse(execFileSync("python3", ["-c", script], { cwd: repository, encoding: "utf8" })) as Record<
+            string,
+            unknown
+        >;
+        const client = serverSettings(undefined);
+        const clientOnly = ["interpreter", "serverArgs", "trace"];
+        assert.deepEqual(
+            Object.keys(client).filter((key) => !clientOnly.includes(key)).sort(),
+            Object.keys(server).sort(),
+        );
+        for (const [key, value] of Object.entries(server)) {
+            if (key !== "trustedWorkspace") {
+                assert.deepEqual(client[key], value, `dice.${key}`);
+            }
+        }
+    });
+});
