@@ -69,10 +69,10 @@ function diceDiagnostics(uri: string): Promise<Diagnostic[]> {
     });
 }
 
-/** Resolves once `condition` holds; fails with `message` after the timeout. */
-async function until(condition: () => boolean, message: string): Promise<void> {
+/** Resolves once `condition` holds (checked after each `poll`); fails with `message` after the timeout. */
+async function until(condition: () => boolean, message: string, poll?: () => Promise<void>): Promise<void> {
     const deadline = Date.now() + SERVER_TIMEOUT_MS;
-    while (!condition()) {
+    while ((await poll?.(), !condition())) {
         if (Date.now() > deadline) {
             throw new Error(message);
         }
@@ -113,6 +113,8 @@ describe("the bundled extension with the real dice-lsp server", { timeout: 4 * S
         mock.openDocument(file, DECEPTIVE_SOLUTION);
         const diagnostics = await published;
         assert.ok(diagnostics.some((d) => d.source === "dice"));
+        const codes = diagnostics.map((d) => (typeof d.code === "object" ? d.code.value : d.code));
+        assert.ok(codes.includes("torch-fallback"), `codes: ${codes.join(", ")}`);
     });
 
     it("shows the state the server reports in the status item", async () => {
@@ -137,5 +139,58 @@ describe("the bundled extension with the real dice-lsp server", { timeout: 4 * S
         mock.setSetting("dice.interpreter", python);
         await published;
         assert.match(mock.output(), new RegExp(`starting the server \\(launch settings changed\\): ${python} -m dice_lsp`));
+    });
+});
+
+describe("workspace trust, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
+    const context = { subscriptions: [] as { dispose(): unknown }[] };
+    let extension: Extension;
+    let folder: string;
+
+    before(async () => {
+        mock.reset();
+        mock.trusted = false;
+        mock.workspaceFolders = [{ uri: Uri.file(repository), name: "dice-lsp", index: 0 }];
+        folder = fs.mkdtempSync(path.join(os.tmpdir(), "dice-vscode-"));
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        extension = require(bundle) as Extension;
+        await extension.activate(context);
+    });
+
+    after(async () => {
+        await extension.deactivate();
+        context.subscriptions.forEach((item) => item.dispose());
+        fs.rmSync(folder, { recursive: true, force: true });
+    });
+
+    /** The server's answer to Benchmark now on the open file: why it did not start a check. */
+    async function benchmark(): Promise<string> {
+        const result = (await mock.commands.get("dice.benchmark")?.()) as { started: boolean; message: string };
+        assert.equal(result.started, false);
+        return result.message;
+    }
+
+    it("builds nothing until the workspace is trusted, and the server learns of the grant without a restart", async () => {
+        // No reference beside it: once trusted, the server stops before building, for want of a reference.
+        const file = path.join(folder, "scale_dice.py");
+        fs.writeFileSync(file, DECEPTIVE_SOLUTION);
+        const published = diceDiagnostics(Uri.file(file).toString());
+        mock.openDocument(file, DECEPTIVE_SOLUTION);
+        await published;
+
+        assert.match(await benchmark(), /not trusted/);
+        assert.ok(mock.messages.some((m) => m.kind === "warning" && /not trusted/.test(m.text)), mock.output());
+
+        mock.grantTrust();
+        let message = "";
+        await until(
+            () => !/not trusted/.test(message),
+            `the server still thinks the workspace is untrusted; the log:\n${mock.output()}`,
+            async () => {
+                message = await benchmark();
+            },
+        );
+        assert.match(message, /no reference/);
+        assert.doesNotMatch(mock.output(), /starting the server \(workspace trusted\)/);
     });
 });
