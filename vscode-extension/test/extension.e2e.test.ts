@@ -7,7 +7,7 @@ import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
-import { Diagnostic, mock, Uri } from "./vscode-mock";
+import { Diagnostic, EventEmitter, mock, Uri } from "./vscode-mock";
 
 const repository = path.resolve(__dirname, "..", "..", "..");
 const bundle = path.resolve(__dirname, "..", "..", "dist", "extension.js");
@@ -131,6 +131,16 @@ describe("the bundled extension with the real dice-lsp server", { timeout: 4 * S
         }
     });
 
+    it("tells the running server about other settings changes, without a restart", async () => {
+        const uri = mock.documents[0].uri.toString();
+        const starts = mock.output().match(/starting the server/g)?.length;
+        mock.diagnostics.clear();
+        const published = diceDiagnostics(uri); // the server re-reads its settings, then re-checks open files
+        mock.setSetting("dice.tolerance", 0.05);
+        await published;
+        assert.equal(mock.output().match(/starting the server/g)?.length, starts);
+    });
+
     it("restarts the server with a newly configured interpreter, which sees the open document again", async () => {
         const python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
         const uri = mock.documents[0].uri.toString();
@@ -192,5 +202,53 @@ describe("workspace trust, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () =
         );
         assert.match(message, /no reference/);
         assert.doesNotMatch(mock.output(), /starting the server \(workspace trusted\)/);
+    });
+});
+
+describe("the Python extension's interpreter, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
+    const context = { subscriptions: [] as { dispose(): unknown }[] };
+    const changed = new EventEmitter<unknown>();
+    const python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
+    let selected = python;
+    let extension: Extension;
+    let folder: string;
+
+    before(async () => {
+        mock.reset();
+        folder = fs.mkdtempSync(path.join(os.tmpdir(), "dice-vscode-"));
+        mock.workspaceFolders = [{ uri: Uri.file(repository), name: "dice-lsp", index: 0 }];
+        const environments = {
+            getActiveEnvironmentPath: () => ({ id: "selected", path: selected }),
+            resolveEnvironment: async (environment: { path: string }) => ({
+                executable: { uri: Uri.file(environment.path) },
+            }),
+            onDidChangeActiveEnvironmentPath: changed.event,
+        };
+        mock.extensions.set("ms-python.python", { isActive: true, exports: { environments }, activate: async () => ({ environments }) });
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        extension = require(bundle) as Extension;
+        await extension.activate(context);
+    });
+
+    after(async () => {
+        await extension.deactivate();
+        context.subscriptions.forEach((item) => item.dispose());
+        fs.rmSync(folder, { recursive: true, force: true });
+    });
+
+    it("runs the server with the selected interpreter and restarts it when the selection changes", async () => {
+        assert.match(mock.output(), /\[interpreter: Python extension\]/);
+        const file = path.join(folder, "selected_dice.py");
+        let published = diceDiagnostics(Uri.file(file).toString());
+        mock.openDocument(file, DECEPTIVE_SOLUTION);
+        await published;
+        // The same interpreter by another path: a different selection to the extension, one that still runs.
+        selected = path.join(folder, "python3");
+        fs.symlinkSync(python, selected);
+        mock.diagnostics.clear();
+        published = diceDiagnostics(Uri.file(file).toString());
+        changed.fire(undefined);
+        await published;
+        assert.ok(mock.output().includes(`starting the server (Python interpreter changed): ${selected} -m dice_lsp`), mock.output());
     });
 });
