@@ -238,7 +238,7 @@ class DiceServer(LanguageServer):
                 doc.generating = None
             if has_progress:
                 progress.end(token, types.WorkDoneProgressEnd(message="done"))
-        self.status("idle", "generation finished", uri=uri)
+        self.status("idle", "generation finished", uri=uri, model=settings.model or "bundled default model")
         text = texts[0] if texts else ""
         if not text.strip():
             return {"ok": False, "message": "the model produced no code block"}
