@@ -174,7 +174,8 @@ class _Check:
         self.findings.extend(findings.from_trials(compared["trials"], ref.get("dtypes", []), options,
                                                   self.forward_span()))
         self.findings.extend(findings.from_run(ran, options, self.forward_span()))
-        correct = all(t.passed for t in trials)
+        tiny = next((f for f in self.findings if f.code == "tiny-output"), None)
+        correct = all(t.passed for t in trials) and tiny is None
         self.stage("verify", started, "ok" if correct else "failed")
 
         if ran["device"] != "cpu":
@@ -185,6 +186,8 @@ class _Check:
                 self.fields["kernels"] = tuple(KernelShare(**k) for k in seen["kernels"])
                 self.findings.extend(findings.from_kernels(seen["kernels"], self.anatomy))
             self.stage("inspect", started, "ok" if seen["ok"] else "failed", seen.get("error", ""))
+        if tiny is not None and all(t.passed for t in trials):
+            return self.report("mismatch", tiny.message)
         if not correct:
             failed = next(t for t in trials if not t.passed)
             where = f" at {failed.where}" if failed.where else ""

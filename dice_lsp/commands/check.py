@@ -1,0 +1,90 @@
+"""`dice-lsp check REFERENCE [SOLUTION] [--json]`: build, verify, time and inspect a solution against its problem.
+
+With one file: a solution that links its reference (`# dice: reference = path`) or holds Model too, or a problem whose
+solution is its sibling `<name>_dice.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dice_lsp.commands.inspect import read_source, resolve_reference
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="build, verify and time a solution against its reference")
+    parser.add_argument("reference", type=Path, help="the problem file (Model, get_inputs), or a solution file")
+    parser.add_argument("solution", type=Path, nargs="?", help="the solution file (ModelNew)")
+    parser.add_argument("--json", action="store_true", help="print the Report as JSON")
+    parser.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
+    parser.add_argument("--timing-trials", type=int, default=100, help="timed trials per side (default 100)")
+    parser.add_argument("--tolerance", type=float, default=1e-2, help="atol = rtol for allclose (default 1e-2)")
+    parser.add_argument("--baseline", choices=("eager", "compile", "both", "none"), default="both",
+                        help="which references to time (default both)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls, on both sides")
+    parser.add_argument("--build-timeout", type=float, default=600.0, help="seconds (default 600)")
+    parser.add_argument("--run-timeout", type=float, default=120.0, help="seconds per run stage (default 120)")
+    parser.add_argument("--plain-build", action="store_true", help="build with load_inline only, no light build")
+    parser.set_defaults(run=run)
+
+
+def locate(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(reference, solution) paths from one or two arguments."""
+    from dice_lsp.anatomy import parse
+    from dice_lsp.cli import CommandError
+
+    if args.solution is not None:
+        return args.reference, args.solution
+    path = args.reference
+    anatomy = parse(read_source(path))
+    if anatomy.is_solution:
+        linked = resolve_reference(path, anatomy)
+        if linked is not None:
+            return linked, path
+        if anatomy.is_reference:
+            return path, path
+        raise CommandError(f"{path} defines ModelNew but names no reference; pass the problem file first")
+    sibling = path.with_name(f"{path.stem}_dice.py")
+    if sibling.is_file():
+        return path, sibling
+    raise CommandError(f"no solution given and {sibling.name} does not exist; pass the solution file")
+
+
+def run(args: argparse.Namespace) -> int:
+    import harness
+
+    reference, solution = locate(args)
+    options = harness.Options(
+        correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance, rtol=args.tolerance,
+        baseline=args.baseline, device=args.device, tf32=args.tf32, build_timeout=args.build_timeout,
+        run_timeout=args.run_timeout, light_build=not args.plain_build)
+    report = harness.check(read_source(reference), read_source(solution), options)
+    print(report.to_json() if args.json else render(report, solution))
+    return 0 if report.status in ("correct", "built-not-run") else 1
+
+
+def render(report: "harness.Report", solution: Path) -> str:
+    lines = [f"{solution}: {report.summary()}"]
+    for d in report.diagnostics:
+        lines.append(f"  {solution}:{d.line + 1}:{d.column + 1}: {d.severity}: {d.message}")
+    for f in report.all_findings:
+        lines.append(f"  {f.severity}: [{f.code}] {f.message}")
+    for t in report.trials:
+        mark = "ok  " if t.passed else "FAIL"
+        tag = " (inputs changed in place)" if t.changed_inputs else ""
+        lines.append(f"  trial seed {t.seed}: {mark} max abs {t.max_abs_error:.3g}, rel L2 {t.relative_l2:.2g}"
+                     f"{' at ' + t.where if not t.passed and t.where else ''}{' ' + t.note if t.note else ''}{tag}")
+    for name, timing in report.timings.items():
+        lines.append(f"  {name:9s} median {timing.median_ms:.4f} ms (IQR {timing.spread_ms:.4f}, "
+                     f"{timing.trials} trials, {timing.clock})")
+    for k in report.kernels:
+        lines.append(f"  kernel {k.name}: {k.share:.0%} of GPU time, {k.launches} launches{'' if k.own else ' (torch)'}")
+    stages = ", ".join(f"{s.name} {s.seconds:.2f}s" for s in report.stages)
+    lines.append(f"  device {report.device or '-'}, tf32 {report.tf32}, build {report.build_mode or '-'}"
+                 f"{' (cached)' if report.build_cached else ''}; {stages}")
+    if report.status in ("crashed", "compile-error", "invalid") and report.log:
+        lines.append("  --- log ---")
+        lines.extend("  " + line for line in report.log.strip().splitlines()[-15:])
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""Fixtures for the harness tests: KernelBench-style files and one build cache shared by the whole session.
+
+Every solution built from `add_solution.py` shares one C++ extension (one build), whatever its forward calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+FILES = Path(__file__).parent / "files"
+
+
+def text(name: str) -> str:
+    return (FILES / name).read_text()
+
+
+def solution(forward_body: str, prelude: str = "") -> str:
+    """The shared C++ extension with ModelNew.forward replaced by `forward_body` (one line, indented by us)."""
+    source = text("add_solution.py").replace("        return self.ext.FUNCTION(a, b)", "        " + forward_body)
+    return prelude + source
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory) -> Path:
+    """Where DICE_LSP_CACHE points for CLI tests; the harness keeps its builds in `extensions/` under it."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="session")
+def cache_dir(cache_root) -> str:
+    return str(cache_root / "extensions")
+
+
+@pytest.fixture(scope="session")
+def options(cache_dir):
+    from harness import Options
+
+    return Options(cache_dir=cache_dir, baseline="eager", timing_trials=20, warmup_trials=2, device="cpu",
+                   run_timeout=60.0)
+
+
+@pytest.fixture(scope="session")
+def files():
+    """`files.text(name)` and `files.solution(forward_body)` for the tests."""
+
+    class Files:
+        pass
+
+    found = Files()
+    found.text, found.solution = text, solution
+    return found
