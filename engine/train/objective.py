@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from engine.model import SDARModel, apply_rotary, fold_mask, rotary
+from engine.model import SDARModel
 from engine.train.mask import dense_mask, flex_block_mask
 from engine.train.pack import IGNORE, Row
 
@@ -37,8 +37,7 @@ class Objective(nn.Module):
         with torch.no_grad():
             if self.attention == "flex":
                 return flex_block_mask(row.segment, row.copy, row.position, block)
-            group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
-            return fold_mask(dense_mask(row.segment, row.copy, row.position, block), group)
+            return dense_mask(row.segment, row.copy, row.position, block)
 
     def forward(self, input_ids, position, mask, target):
         """Cross-entropy [M] (fp32) at the M positions whose target is not IGNORE, in row-major order."""
@@ -60,10 +59,12 @@ class Objective(nn.Module):
         return F.cross_entropy(self.model.lm_head(states).float(), targets, reduction="none")
 
     def hidden(self, input_ids, position, mask):
-        """model.hidden with any mask object (a folded bool tensor or a BlockMask) and per-layer checkpointing."""
+        """model.hidden with a boolean mask (SDPA); with a BlockMask, the same trunk walked here with FlexAttention."""
         model = self.model
+        if self.attention != "flex":
+            return model.hidden(input_ids, position, mask)
         x = model.model.embed_tokens(input_ids)
-        cos, sin = rotary(position, model.config.head_dim, model.config.rope_theta, x.dtype)
+        cos, sin = rope(position, model.config.head_dim, model.config.rope_theta, x.dtype)
         for layer in model.model.layers:
             if model.gradient_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
@@ -93,12 +94,25 @@ def _flex_forward(self, x, cos, sin, mask, cache=None):
     if not isinstance(mask, BlockMask):
         return type(self).forward(self, x, cos, sin, mask, cache)
     B, L, _ = x.shape
-    q = self.q_norm(self.q_proj(x).view(B, L, self.heads, self.head_dim)).transpose(1, 2)
-    k = self.k_norm(self.k_proj(x).view(B, L, self.kv_heads, self.head_dim)).transpose(1, 2)
+    q = rotate(self.q_norm(self.q_proj(x).view(B, L, self.heads, self.head_dim)), cos, sin).transpose(1, 2)
+    k = rotate(self.k_norm(self.k_proj(x).view(B, L, self.kv_heads, self.head_dim)), cos, sin).transpose(1, 2)
     v = self.v_proj(x).view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
-    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     y = _flex(q, k, v, mask, self.head_dim**-0.5)
     return self.o_proj(y.transpose(1, 2).reshape(B, L, self.heads * self.head_dim))
+
+
+def rope(position: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos and sin [B, L, 1, head_dim] of RoPE's rotate-half form, computed in fp32 (as the model does)."""
+    exponents = torch.arange(0, head_dim, 2, device=position.device, dtype=torch.int64).float() / head_dim
+    angles = position[..., None].float() / (theta**exponents)
+    angles = torch.cat((angles, angles), dim=-1)[:, :, None]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, L, heads, D] rotated by its positions' angles."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 def use_flex_attention(model: SDARModel) -> None:

@@ -1,0 +1,40 @@
+"""`dice-lsp data curate IN OUT --min-speedup 2.0`: keep the training pairs that build, are correct, are not
+deceptive and are fast enough, checked by the harness in batch mode; prints counts and reasons."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="prepare training data")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    curate = actions.add_parser("curate", help="filter {reference, solution} pairs through the harness")
+    curate.add_argument("source", metavar="IN", help="JSONL of {reference, solution}")
+    curate.add_argument("target", metavar="OUT", help="JSONL of the kept pairs (with their speedup)")
+    curate.add_argument("--min-speedup", type=float, default=2.0, help="speedup over eager PyTorch (0 = any)")
+    curate.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    curate.add_argument("--workers", type=int, default=None, help="parallel builds (default: all cores)")
+    curate.add_argument("--json", action="store_true", help="print the counts as JSON")
+    curate.set_defaults(run=run_curate)
+
+
+def run_curate(args: argparse.Namespace) -> int:
+    from dice_lsp.cli import CommandError
+    from engine.errors import EngineError
+    from engine.train.curate import curate
+    from harness import Options
+
+    options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none")
+    try:
+        result = curate(args.source, args.target, args.min_speedup, options, args.workers)
+    except EngineError as error:
+        raise CommandError(str(error)) from None
+    if args.json:
+        print(json.dumps({"kept": result.kept, "total": result.total, "dropped": result.reasons}, indent=2))
+        return 0
+    print(f"kept {result.kept} of {result.total} pairs -> {args.target}")
+    for reason, count in sorted(result.reasons.items(), key=lambda item: -item[1]):
+        print(f"  dropped {count:5d}  {reason}")
+    return 0

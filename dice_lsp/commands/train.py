@@ -1,0 +1,108 @@
+"""`dice-lsp train sft|rl`: block-diffusion SFT and BiC-RL of a DICE checkpoint, resumable, on one GPU or many
+(`torchrun --nproc-per-node N $(which dice-lsp) train ...` runs the same command under DDP, or FSDP with --fsdp)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _common(parser: argparse.ArgumentParser, lr: float) -> None:
+    parser.add_argument("--model", required=True, help="checkpoint to start from (directory or cached hub id)")
+    parser.add_argument("--data", required=True, help="JSONL of {reference, solution, level?}")
+    parser.add_argument("--out", required=True, help="run directory (checkpoints, final/, metrics, plots)")
+    parser.add_argument("--lr", type=float, default=lr)
+    parser.add_argument("--warmup-steps", type=int, default=0)
+    parser.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
+    parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--grad-clip", type=float, default=1.0)
+    parser.add_argument("--lora-rank", type=int, default=0, help="LoRA rank (0 = full fine-tuning)")
+    parser.add_argument("--lora-alpha", type=float, default=32.0)
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                        help="auto: bf16 autocast on GPU, fp32 on CPU (master weights are fp32)")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--attention", choices=("auto", "sdpa", "flex"), default="auto")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--fsdp", action="store_true", help="shard weights over ranks (torchrun) instead of DDP")
+    parser.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps")
+    parser.add_argument("--keep", type=int, default=2, help="checkpoints to keep")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-resume", action="store_true", help="start over even if OUT has a checkpoint")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="fine-tune a DICE model (SFT or RL)")
+    stages = parser.add_subparsers(dest="stage_command", metavar="KIND", required=True)
+    sft = stages.add_parser("sft", help="block-diffusion supervised fine-tuning")
+    _common(sft, 1e-5)
+    sft.add_argument("--epochs", type=int, default=3)
+    sft.add_argument("--batch-size", type=int, default=8, help="samples per optimizer step, all ranks together")
+    sft.add_argument("--cutoff", type=int, default=6144, help="tokens per sample at most")
+    sft.add_argument("--token-budget", type=int, default=0, help="tokens per packed row (0 = 2 x cutoff)")
+    sft.add_argument("--kinds", default="e2e,infill", help="sample kinds: e2e, infill or both")
+    sft.add_argument("--max-steps", type=int, default=0)
+    sft.set_defaults(run=run_sft)
+    rl = stages.add_parser("rl", help="BiC-RL: rollouts, harness rewards, TraceRL updates")
+    _common(rl, 1e-6)
+    rl.add_argument("--stage", choices=("infill", "e2e"), required=True,
+                    help="infill = stage 1; e2e = stage 2 (start it from stage 1's OUT/final)")
+    rl.add_argument("--steps", type=int, default=0, help="optimizer steps (0 = one pass over the tasks)")
+    rl.add_argument("--tasks-per-step", type=int, default=64)
+    rl.add_argument("--group-size", type=int, default=16)
+    rl.add_argument("--max-new-tokens", type=int, default=4096)
+    rl.add_argument("--temperature", type=float, default=1.0)
+    rl.add_argument("--threshold", type=float, default=0.9, help="dynamic decoding's confidence threshold")
+    rl.add_argument("--rollout-batch", type=int, default=64)
+    rl.add_argument("--speed-weight", type=float, default=0.0,
+                    help="bonus per log2 speedup for correct samples (0 = DICE's binary reward)")
+    rl.add_argument("--harness-device", default="auto", help="where rewards are checked: auto, cpu, cuda")
+    rl.add_argument("--token-budget", type=int, default=16384)
+    rl.set_defaults(run=run_rl)
+
+
+def _run_config(args):
+    from engine.train.run import RunConfig
+
+    return RunConfig(model=args.model, out=args.out, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
+                     warmup_steps=args.warmup_steps, schedule=args.schedule, grad_clip=args.grad_clip,
+                     lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, precision=args.precision,
+                     gradient_checkpointing=args.gradient_checkpointing, attention=args.attention,
+                     device=args.device, fsdp=args.fsdp, save_every=args.save_every, keep=args.keep,
+                     resume=not args.no_resume, progress=not args.no_progress)
+
+
+def _guarded(action):
+    from dice_lsp.cli import CommandError
+    from engine.errors import EngineError
+
+    try:
+        return action()
+    except EngineError as error:
+        raise CommandError(str(error)) from None
+
+
+def run_sft(args: argparse.Namespace) -> int:
+    from engine.train.sft import SFTConfig, train
+
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    config = SFTConfig(data=args.data, epochs=args.epochs, batch_size=args.batch_size, cutoff=args.cutoff,
+                       token_budget=args.token_budget, kinds=kinds, max_steps=args.max_steps)
+    summary = _guarded(lambda: train(_run_config(args), config))
+    if summary.get("final"):
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def run_rl(args: argparse.Namespace) -> int:
+    from engine.train.rl import RLConfig, train
+
+    config = RLConfig(data=args.data, stage=args.stage, steps=args.steps, tasks_per_step=args.tasks_per_step,
+                      group_size=args.group_size, max_new_tokens=args.max_new_tokens,
+                      temperature=args.temperature, threshold=args.threshold, rollout_batch=args.rollout_batch,
+                      speed_weight=args.speed_weight, token_budget=args.token_budget,
+                      harness={"device": args.harness_device})
+    summary = _guarded(lambda: train(_run_config(args), config))
+    if summary.get("final"):
+        print(json.dumps(summary, indent=2, default=str))
+    return 0

@@ -1,0 +1,57 @@
+"""CuKe's filter: keep the pairs whose solution builds, is correct, shows no deception and reaches a speedup.
+
+Runs the harness in batch mode over a JSONL of {reference, solution}; says how many were dropped and why.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.train.data import read_pairs
+
+
+@dataclass
+class Curation:
+    kept: int = 0
+    total: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)  # why pairs were dropped, with counts
+
+
+def verdict(report, min_speedup: float) -> str | None:
+    """None to keep the pair, else the reason it is dropped."""
+    if report.status != "correct":
+        return report.status
+    deceptions = sorted({f.code for f in report.findings if getattr(f, "severity", "") == "error"})
+    if deceptions:
+        return "deceptive: " + ", ".join(deceptions)
+    if min_speedup > 0:
+        if report.speedup_eager is None:
+            return "no timing (speedup unknown; time on a GPU or use --min-speedup 0)"
+        if report.speedup_eager < min_speedup:
+            return f"speedup below {min_speedup:g}x"
+    return None
+
+
+def curate(source, target, min_speedup: float = 2.0, options=None, workers: int | None = None) -> Curation:
+    from harness import Options, check_many
+
+    pairs = read_pairs(source)
+    options = options or Options(baseline="eager" if min_speedup > 0 else "none")
+    reports = check_many([(p.reference, p.solution) for p in pairs], options, workers)
+    result = Curation(total=len(pairs))
+    lines = []
+    raw_lines = [line for line in Path(source).read_text(encoding="utf-8").splitlines() if line.strip()]
+    for raw, report in zip(raw_lines, reports):
+        reason = verdict(report, min_speedup)
+        if reason is not None:
+            result.reasons[reason] = result.reasons.get(reason, 0) + 1
+            continue
+        record = json.loads(raw)
+        record["speedup"] = report.speedup_eager
+        lines.append(json.dumps(record) + "\n")
+        result.kept += 1
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    Path(target).write_text("".join(lines), encoding="utf-8")
+    return result
