@@ -160,8 +160,8 @@ class Builder:
             try:
                 library = light.build(name, cpp, cuda, p, directory / "light", self.original)
                 module = import_library(name, library)
-            except light.LightBuildError as error:
-                record.light_error = str(error)[-4000:]
+            except Exception as error:  # any failure of the light path only means: build it as written
+                record.light_error = f"{type(error).__name__}: {error}"[-4000:]
             else:
                 done.write_text(f"light\n{library}")
                 record.mode, record.ok = "light", True

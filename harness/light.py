@@ -1,18 +1,228 @@
-"""Light build: the CUDA code split into a kernel unit without torch headers and host units on a precompiled header.
+"""Light build: the CUDA source split into a kernel unit without torch headers (nvcc) and host units (g++) that
+share one precompiled torch/extension.h; used only when it builds, else the caller falls back to the plain build.
 
-Placeholder until the split lands; every call falls back to the plain build.
+Kernel launches `k<<<g, b, s, t>>>(args)` in host code become `cudaLaunchKernel` on nvcc's host stub for `k`.
 """
 
 from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.cache import BuildLock
+
+_TORCH_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"](torch|ATen|c10|pybind11)/[^\n]*$", re.M)
+_KERNEL_UNIT_HEADER = "#include <cuda.h>\n#include <cuda_runtime.h>\n"
+_HOST_SHIM = """#include <cuda_runtime.h>
+#include <cstddef>
+#include <tuple>
+#include <utility>
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __shared__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+namespace dice_light {
+template <typename... P, typename... A, std::size_t... I>
+inline void launch_with(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                        std::index_sequence<I...>, A&&... args) {
+  std::tuple<P...> values(static_cast<P>(std::forward<A>(args))...);
+  void* pointers[] = {static_cast<void*>(&std::get<I>(values))..., nullptr};
+  cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, pointers, shared, stream);
+}
+template <typename... P, typename... A>
+inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                   A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+  launch_with(kernel, grid, block, shared, stream, std::index_sequence_for<P...>{}, std::forward<A>(args)...);
+}
+}  // namespace dice_light
+"""
 
 
 class LightBuildError(Exception):
     """The light build does not apply or failed; the caller falls back to the plain build."""
 
 
-def layout(cpp, cuda):
-    raise LightBuildError("no light build")
+class _Probe(Exception):
+    pass
 
 
-def build(name, cpp, cuda, arguments, directory, original):
-    raise LightBuildError("no light build yet")
+def layout(cpp: list[str], cuda: list[str]) -> dict:
+    return {}  # a light build's output is never shown: it either builds or the plain build reports
+
+
+def _blank(text: str, start: int, end: int, replacement: str = "") -> str:
+    """Replace text[start:end] keeping its newlines, so line numbers stay put."""
+    kept = "\n" * text.count("\n", start, end)
+    return text[:start] + replacement + kept + text[end:]
+
+
+def split(value: str) -> tuple[str, str]:
+    """(kernel unit text, host unit text) for one CUDA source string."""
+    from dice_lsp.anatomy.cuda import read_functions
+
+    functions, errors = read_functions(value)
+    if errors:
+        raise LightBuildError("the CUDA source does not parse")
+    kernels = [f for f in functions if f.kind == "global"]
+    for kernel in kernels:
+        head = value[max(0, kernel.start - 200):value.index("{", kernel.start)]
+        if "template" in head.rsplit(";", 1)[-1].rsplit("}", 1)[-1] or "static" in value[kernel.start:kernel.name_start]:
+            raise LightBuildError(f"kernel {kernel.name} is a template or static")
+    device_text, host_text = value, value
+    for function in sorted(functions, key=lambda f: -f.start):
+        if function.kind == "host":
+            device_text = _blank(device_text, function.start, function.end)
+        elif function.kind == "global":
+            declaration = value[function.start:value.index("{", function.start)].rstrip() + ";"
+            host_text = _blank(host_text, function.start, function.end, declaration)
+        else:
+            host_text = _blank(host_text, function.start, function.end)
+    device_text = _TORCH_INCLUDE.sub(lambda m: "// " + m.group(0).strip(), device_text)
+    names = {k.name for k in kernels}
+    return device_text, rewrite_launches(host_text, names)
+
+
+def rewrite_launches(text: str, kernels: set[str]) -> str:
+    """`k<<<grid, block[, shared[, stream]]>>>(args)` -> `dice_light::launch(k, grid, block, shared, stream, args)`."""
+    out, position = [], 0
+    for match in re.finditer(r"([A-Za-z_]\w*)\s*<<<", text):
+        if match.start() < position:
+            continue
+        name = match.group(1)
+        if name not in kernels:
+            raise LightBuildError(f"launch of {name}, which is not a plain kernel of this source")
+        close = text.find(">>>", match.end())
+        if close < 0:
+            raise LightBuildError("unbalanced <<< >>>")
+        config = _top_level_split(text[match.end():close])
+        if not 2 <= len(config) <= 4:
+            raise LightBuildError("unexpected launch configuration")
+        config += ["0", "0"][: 4 - len(config)]
+        paren = text.find("(", close + 3)
+        if paren < 0 or text[close + 3:paren].strip():
+            raise LightBuildError("launch without arguments")
+        end = _matching(text, paren)
+        args = text[paren + 1:end].strip()
+        call = f"dice_light::launch({name}, {', '.join(config)}{', ' + args if args else ''})"
+        out.append(text[position:match.start()] + call + "\n" * text.count("\n", match.start(), end + 1))
+        position = end + 1
+    return "".join(out) + text[position:]
+
+
+def _matching(text: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise LightBuildError("unbalanced parentheses in a launch")
+
+
+def _top_level_split(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return parts
+
+
+def probe(arguments: dict[str, Any], directory: Path, original: Callable[..., Any]) -> dict[str, str]:
+    """Let load_inline write main.cpp and build.ninja as it would, stop it before ninja runs, read its flags."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    saved = cpp_extension._run_ninja_build
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise _Probe()
+
+    cpp_extension._run_ninja_build = stop
+    directory.mkdir(parents=True, exist_ok=True)
+    sources = {"cpp_sources": list(_strings(arguments.get("cpp_sources"))),
+               "cuda_sources": list(_strings(arguments.get("cuda_sources")))}
+    try:
+        original(**{**arguments, **sources, "build_directory": str(directory), "verbose": False})
+    except _Probe:
+        pass
+    finally:
+        cpp_extension._run_ninja_build = saved
+    ninja = (directory / "build.ninja").read_text()
+    flags = {}
+    for key in ("cxx", "nvcc", "cflags", "post_cflags", "cuda_cflags", "cuda_post_cflags", "ldflags"):
+        match = re.search(rf"^{key} = (.*)$", ninja, re.M)
+        flags[key] = match.group(1) if match else ""
+    if not flags["nvcc"]:
+        raise LightBuildError("load_inline planned no CUDA compile")
+    return flags
+
+
+def _strings(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _run(command: str, cwd: Path) -> str:
+    done = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LightBuildError(f"{command}\n{done.stdout}{done.stderr}")
+    return done.stdout + done.stderr
+
+
+def precompiled_header(flags: dict[str, str], root: Path) -> Path:
+    """torch/extension.h compiled once per compiler and flags, shared by every light build."""
+    cflags = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", flags["cflags"])
+    post = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", flags["post_cflags"])
+    key = hashlib.sha256(f"{flags['cxx']}|{cflags}|{post}".encode()).hexdigest()[:16]
+    directory = root / "pch" / key
+    header = directory / "dice_torch.h"
+    with BuildLock(directory):
+        if not (directory / "dice_torch.h.gch").exists():
+            header.write_text("#include <torch/extension.h>\n")
+            _run(f"{flags['cxx']} {cflags} -x c++-header {header} -o {directory / 'dice_torch.h.gch.tmp'} {post}",
+                 directory)
+            (directory / "dice_torch.h.gch.tmp").rename(directory / "dice_torch.h.gch")
+    return header
+
+
+def build(name: str, cpp: list[str], cuda: list[str], arguments: dict[str, Any], directory: Path,
+          original: Callable[..., Any]) -> str:
+    """Build `name`.so from split units; returns its path or raises LightBuildError."""
+    directory.mkdir(parents=True, exist_ok=True)
+    parts = [split(value) for value in cuda]
+    flags = probe(arguments, directory / "probe", original)
+    header = precompiled_header(flags, directory.parent.parent)
+    (directory / "kernels.cu").write_text(_KERNEL_UNIT_HEADER + "\n".join(device for device, _ in parts))
+    (directory / "host.cpp").write_text("#include <torch/extension.h>\n" + _HOST_SHIM
+                                        + "\n".join(host for _, host in parts))
+    (directory / "main.cpp").write_text((directory / "probe" / "main.cpp").read_text())
+    include = f"-include {shlex.quote(str(header))} -Winvalid-pch"
+    commands = [
+        f"{flags['nvcc']} {flags['cuda_cflags']} -c kernels.cu -o kernels.o {flags['cuda_post_cflags']}",
+        f"{flags['cxx']} {include} {flags['cflags']} -c host.cpp -o host.o {flags['post_cflags']}",
+        f"{flags['cxx']} {include} {flags['cflags']} -c main.cpp -o main.o {flags['post_cflags']}",
+    ]
+    with ThreadPoolExecutor(len(commands)) as pool:
+        list(pool.map(lambda c: _run(c, directory), commands))
+    library = directory / f"{name}.so"
+    _run(f"{flags['cxx']} main.o host.o kernels.o {flags['ldflags']} -o {library}", directory)
+    return str(library)

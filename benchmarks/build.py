@@ -1,0 +1,102 @@
+"""Build-speed benchmark: a plain cold load_inline build against the harness's light build, and an unchanged re-check.
+
+Prints a table and appends a dated section with the machine's name to benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+FILES = ROOT / "tests" / "harness" / "files"
+
+
+def unique(text: str, tag: str) -> str:
+    """The CUDA fixture under a fresh extension name, so nothing is cached anywhere."""
+    return text.replace("harness_cuda_add", f"bench_{tag}_{os.getpid()}_{int(time.time())}")
+
+
+def plain_build(source: str) -> float:
+    """Time the candidate module exactly as a user runs it: load_inline into an empty build directory."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "solution.py"
+        path.write_text(source)
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": directory}
+        started = time.perf_counter()
+        subprocess.run([sys.executable, str(path)], check=True, env=env, cwd=directory)
+        return time.perf_counter() - started
+
+
+def check_seconds(reference: str, solution: str, options) -> tuple[float, object]:
+    import harness
+
+    started = time.perf_counter()
+    report = harness.check(reference, solution, options)
+    return time.perf_counter() - started, report
+
+
+def machine() -> str:
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        gpu = "no GPU"
+    return f"{platform.node()} ({os.cpu_count()} cores, {gpu})"
+
+
+def main() -> None:
+    import harness
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cache", default=tempfile.mkdtemp(prefix="dice-bench-"))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-plain", action="store_true", help="skip the (slow) plain build")
+    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    args = parser.parse_args()
+    reference = (FILES / "add_reference.py").read_text()
+    fixture = (FILES / "cuda_solution.py").read_text()
+    options = harness.Options(cache_dir=args.cache, baseline="eager")
+    rows = []
+    if not args.no_plain:
+        rows.append(("plain load_inline, cold", plain_build(unique(fixture, "plain")), ""))
+    seconds, report = check_seconds(reference, unique(fixture, "first"), options)
+    rows.append(("check, cold, precompiled header not built yet", seconds, report.summary()))
+    solution = unique(fixture, "second")
+    seconds, report = check_seconds(reference, solution, options)
+    rows.append(("check, cold (header built)", seconds, f"{report.build_mode}; {report.summary()}"))
+    harness.keep_warm(2)
+    harness.check(reference, solution, options)  # starts the spares
+    time.sleep(5)
+    speedups = []
+    for i in range(args.repeats):
+        seconds, report = check_seconds(reference, solution, options)
+        rows.append((f"re-check unchanged, warm workers #{i + 1}", seconds, report.summary()))
+        if report.speedup_eager:
+            speedups.append(report.speedup_eager)
+    harness.close_spares()
+    lines = [f"| {name} | {seconds:.2f} s | {note} |" for name, seconds, note in rows]
+    if speedups:
+        mid = sorted(speedups)[len(speedups) // 2]
+        spread = max(abs(s / mid - 1) for s in speedups)
+        lines.append(f"| speedup over {len(speedups)} re-checks | {mid:.3f}x median | max deviation {spread:.1%} |")
+    table = "\n".join(["| what | time | result |", "| --- | --- | --- |", *lines])
+    print(table)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    with open(args.results, "a") as out:
+        out.write(f"\n## harness build and re-check, {stamp}, {machine()}\n\n"
+                  f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel, 512x512).\n\n{table}\n")
+    shutil.rmtree(args.cache, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""On a GPU: kernels found by the profiler, unlaunched kernels, work escaping the timed stream, both baselines."""
+
+from __future__ import annotations
+
+import pytest
+
+import harness
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def gpu_options(options):
+    return options.with_(device="auto", baseline="both", timing_trials=100, warmup_trials=10)
+
+
+def test_cuda_kernel_is_verified_timed_and_profiled(files, gpu_options):
+    report = harness.check(files.text("add_reference.py"), files.text("cuda_solution.py"), gpu_options)
+    assert report.status == "correct", report.summary() + report.log
+    own = [k for k in report.kernels if k.own]
+    assert [k.name for k in own] == ["add_kernel"] and own[0].share > 0
+    assert [f.code for f in report.findings] == ["kernel-not-launched"]
+    assert report.speedup_eager and report.speedup_compile
+    assert set(report.timings) == {"solution", "eager", "compile"}
+    assert "H" in report.device or report.device
+
+
+def test_work_on_a_side_stream_is_caught_by_the_host_clock(files, gpu_options):
+    solution = files.text("cuda_solution.py").replace(
+        "        return self.add.add_cuda(a, b)",
+        "        side = torch.cuda.Stream()\n"
+        "        with torch.cuda.stream(side):\n"
+        "            torch.cuda._sleep(20_000_000)\n"
+        "        return self.add.add_cuda(a, b)")
+    report = harness.check(files.text("add_reference.py"), solution, gpu_options.with_(baseline="eager"))
+    assert report.status == "correct", report.summary() + report.log
+    assert "timer-mismatch" in [f.code for f in report.findings]
