@@ -1,0 +1,85 @@
+"""`dice-lsp eval --solutions` end to end on CPU: real builds and checks of C++-only kernels, records, table, chart.
+
+Also resuming: a re-run with the same --out skips every finished sample, and a run killed with SIGKILL finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from dice_lsp.cli import main
+from dice_lsp.evaluation import read_records
+
+
+def statuses(out):
+    return {f"level{k[0]}/{k[1]}#{k[2]}": r.report.status for k, r in sorted(read_records(out).items())}
+
+
+def test_every_sample_gets_a_record_with_its_kernel_and_full_report(uninterrupted, solutions):
+    lines = [json.loads(line) for line in (uninterrupted / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 9  # 3 problems x 3 samples (the most any problem has), missing files included
+    first = next(r for r in lines if (r["problem"], r["sample"]) == ("1_add", 0))
+    assert {"problem", "level", "sample", "kernel", "report"} <= set(first)
+    assert first["kernel"] == (solutions / "level1/1_add_sample0.py").read_text()
+    assert [s["name"] for s in first["report"]["stages"]][:3] == ["parse", "build", "reference"]
+    assert statuses(uninterrupted) == {
+        "level1/1_add#0": "correct", "level1/1_add#1": "correct", "level1/1_add#2": "correct",
+        "level1/2_small_sum#0": "mismatch", "level1/2_small_sum#1": "invalid", "level1/2_small_sum#2": "invalid",
+        "level2/1_add_relu#0": "mismatch", "level2/1_add_relu#1": "invalid", "level2/1_add_relu#2": "invalid",
+    }
+    records = read_records(uninterrupted)
+    assert [f.code for f in records[(1, "1_add", 1)].report.static_findings] == ["binding-not-called"]
+    assert [f.code for f in records[(1, "1_add", 2)].report.findings] == ["precision"]  # seen at run time
+    assert "tiny-output" in [f.code for f in records[(1, "2_small_sum", 0)].report.findings]
+    assert records[(1, "2_small_sum", 1)].report.message == "no solution file level1/2_small_sum_sample1.py"
+
+
+def test_table_counts_deceptive_kernels_as_failures_only_in_the_robust_rows(uninterrupted):
+    table = (uninterrupted / "table.md").read_text()
+    assert "| 1 | 6 | plain | 50.0% | 0.0% | 0.0% | – |" in table  # nothing timed: --baseline none
+    assert "| 1 | 6 | robust | 16.7% | 0.0% | 0.0% | – |" in table
+    assert "| 2 | 3 | plain | 0.0% |" in table
+    assert "| 1 | 2 | plain | 50.0% |" in table and "| 1 | 2 | robust | 50.0% |" in table  # per problem
+    assert "| 1 | 3 | 1 | 2 | 3 |" in table  # outcomes: correct, mismatch, invalid, with findings (any status)
+    assert (uninterrupted / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rerun_skips_every_finished_sample(uninterrupted, eval_args, capsys):
+    before = (uninterrupted / "samples.jsonl").read_text()
+    started = time.perf_counter()
+    assert main(eval_args(uninterrupted, "--quiet")) == 0
+    assert time.perf_counter() - started < 10  # nothing built or run
+    assert "9 finished earlier, skipped" in capsys.readouterr().out
+    assert (uninterrupted / "samples.jsonl").read_text() == before
+
+
+def test_killed_run_resumes_to_the_uninterrupted_table(uninterrupted, eval_args, tmp_path):
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "dice_lsp", *eval_args(out, "--batch", "1")]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        log = out / "samples.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if log.is_file() and log.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before it could be killed"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    finished = set(read_records(out))
+    assert 1 <= len(finished) < 9
+
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=170)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(finished)} finished earlier, skipped" in resumed.stdout
+    assert (out / "table.md").read_text() == (uninterrupted / "table.md").read_text()
+    assert statuses(out) == statuses(uninterrupted)
+    keys = [tuple(json.loads(line)[k] for k in ("level", "problem", "sample"))
+            for line in (out / "samples.jsonl").read_text().splitlines() if line.strip().endswith("}")]
+    assert len(keys) == len(set(keys)) == 9  # nothing finished was checked again
