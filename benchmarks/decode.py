@@ -69,6 +69,40 @@ def block_forward(model, runner, prompt_len) -> dict[str, float]:
     return {"denoise": denoise, "commit": commit}
 
 
+def profile(model, runner, prompt_len) -> None:
+    """Where a batch-1 block pass spends its time: per-kernel table of eager passes, and each linear alone."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    if not torch.cuda.is_available():
+        return
+
+    device = model.lm_head.weight.device
+    block = torch.full((1, 4), model.config.mask_token_id, device=device)
+    where = torch.arange(prompt_len, prompt_len + 4, device=device)[None]
+    runner.use_graphs = False
+    for _ in range(3):
+        runner.denoise(block, where, prompt_len)
+    sync()
+    eager = time_cuda(lambda: runner.denoise(block, where, prompt_len), 10)
+    print(f"eager block pass: {eager * 1e3:.3f} ms")
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            runner.denoise(block, where, prompt_len)
+        sync()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70))
+    runner.use_graphs = True
+    layer = model.model.layers[0]
+    x = torch.randn(1, 4, model.config.hidden_size, device=device, dtype=model.lm_head.weight.dtype)
+    for name, linear in [("q_proj", layer.self_attn.q_proj), ("gate_proj", layer.mlp.gate_proj),
+                         ("down_proj", layer.mlp.down_proj), ("lm_head", model.lm_head)]:
+        inp = x if linear.in_features == x.shape[-1] else torch.randn(1, 4, linear.in_features, device=device,
+                                                                      dtype=x.dtype)
+        with torch.inference_mode():
+            seconds = time_cuda(lambda: linear(inp), 50)
+        nbytes = linear.weight.numel() * linear.weight.element_size()
+        print(f"{name}: {seconds * 1e6:.1f} us, {nbytes / seconds / 1e12:.2f} TB/s")
+
+
 def decode_speed(model, runner, batch, prompt_len, new_tokens, **settings) -> dict[str, float]:
     prompt = torch.randint(0, model.config.vocab_size, (1, prompt_len)).tolist() * batch
     args = dict(max_new_tokens=new_tokens, stop_token_ids=(), seed=0, **settings)  # random weights: no stops
@@ -116,6 +150,7 @@ def main() -> int:
     parser.add_argument("--hf-new", type=int, default=32, help="tokens HF generate() makes (it is slow)")
     parser.add_argument("--no-hf", action="store_true")
     parser.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))
+    parser.add_argument("--profile", action="store_true", help="print where a block pass spends its time, then stop")
     parser.add_argument("--smoke", action="store_true", help="a tiny shape on any device; records nothing")
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.smoke:
@@ -134,13 +169,23 @@ def main() -> int:
     bandwidth = copy_bandwidth(device, 0.01 if args.smoke else 2.0)
     roofline = weight_bytes / bandwidth
     runner = GraphRunner(model)
+    print(f"kernels compiled in {runner.compile_seconds} s")
 
     began = time.perf_counter()
     latency = block_forward(model, runner, args.prompt)
+    if args.profile:
+        print(f"graphed block pass {latency['denoise'] * 1e3:.3f} ms, roofline {roofline * 1e3:.3f} ms")
+        profile(model, runner, args.prompt)
+        return 0
     rows = [("block forward b=1, 4 tokens (with head)", f"{latency['denoise'] * 1e3:.3f} ms",
              f"{latency['denoise'] / roofline:.2f}x roofline"),
             ("block K/V write b=1 (no head)", f"{latency['commit'] * 1e3:.3f} ms",
              f"{latency['commit'] / roofline:.2f}x roofline")]
+    for attention in ("default",):  # the SDPA backend PyTorch picks, against the runner's choice
+        other = GraphRunner(model, attention=attention)
+        rows.append((f"block forward b=1 with SDPA backend {attention}",
+                     f"{block_forward(model, other, args.prompt)['denoise'] * 1e3:.3f} ms", "for comparison"))
+        del other
     settings = {
         "static (steps 4, top_k 1)": dict(strategy="static", steps=4, top_k=1, temperature=1.0),
         "dynamic (tau 0.9, T 1, no top-k)": dict(strategy="dynamic", steps=4, threshold=0.9, top_k=0, temperature=1.0),
@@ -154,10 +199,12 @@ def main() -> int:
         if not args.no_hf:
             speeds.append((f"HF generate() b={batch} greedy", hf_speed(model, batch, args.prompt, args.hf_new)))
     print(f"total benchmark time {time.perf_counter() - began:.1f} s, graphs captured {runner.captures}")
+    compiled = f"{runner.compile_seconds:.0f} s" if runner.compile_seconds is not None else "not compiled"
 
     device = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     lines = [f"weights {weight_bytes / 1e9:.2f} GB, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
-             f"roofline (weights / bandwidth) {roofline * 1e3:.3f} ms",
+             f"roofline (weights / bandwidth) {roofline * 1e3:.3f} ms; CUDA graphs; "
+             f"torch.compile of elementwise kernels: {compiled}",
              "", "| measure | value | note |", "| --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     lines += ["", f"prompt {args.prompt} tokens, {args.new} new tokens per sample (HF: {args.hf_new}), stops off",

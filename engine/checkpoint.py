@@ -199,7 +199,7 @@ def save(model: SDARModel, tokenizer: Tokenizer | Loaded, out_dir, max_shard_byt
     temp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         config = model.config
-        state = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
+        state = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}  # no shared storage
         if config.tie_word_embeddings:
             state.pop("lm_head.weight", None)
         saved_dtype = next(iter(state.values())).dtype

@@ -13,19 +13,12 @@ from torch.utils.checkpoint import checkpoint
 from engine.config import ModelConfig
 
 
-class RMSNorm(nn.Module):
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Root-mean-square norm computed in fp32, then scaled in the input's dtype (as Qwen3 does)."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
 
 
 def rotary(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -38,10 +31,38 @@ def rotary(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, heads, L, D] by the angles of its positions."""
+    """Rotate x [B, L, heads, D] by the angles of its positions."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None] + rotated * sin[:, None]
+    return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+
+def qk_norm_rotary(q, k, q_weight, k_weight, cos, sin, eps: float):
+    """QK-norm (per head, over head_dim) then RoPE, for queries and keys [B, L, heads, D]."""
+    return apply_rotary(rms_norm(q, q_weight, eps), cos, sin), apply_rotary(rms_norm(k, k_weight, eps), cos, sin)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
+class Kernels:
+    """The elementwise pieces of a layer, called through here so that `engine.fast.compile_kernels()` can swap in
+    torch.compile'd versions (one fused GPU kernel each instead of many small ones). Same math either way."""
+
+    rms_norm = staticmethod(rms_norm)
+    qk_norm_rotary = staticmethod(qk_norm_rotary)
+    swiglu = staticmethod(swiglu)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Kernels.rms_norm(x, self.weight, self.eps)
 
 
 def block_causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -92,13 +113,20 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.head_dim, d, bias=False)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)  # QK-norm: per head, before RoPE
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.qkv_weight: torch.Tensor | None = None  # q, k, v weights in one tensor: see engine.fast.fuse_projections
 
     def forward(self, x, cos, sin, mask, cache=None):
         B, L, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, L, self.heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(B, L, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.qkv_weight is not None and not torch.is_grad_enabled():  # one matmul instead of three
+            q, k, v = F.linear(x, self.qkv_weight).split([self.q_proj.out_features, self.k_proj.out_features,
+                                                          self.v_proj.out_features], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(B, L, self.heads, self.head_dim)
+        k = k.view(B, L, self.kv_heads, self.head_dim)
+        v = v.view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = Kernels.qk_norm_rotary(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(self.index, k, v)
         # Grouped-query attention: the query heads sharing a KV head are folded into the query length, so every
@@ -106,7 +134,7 @@ class Attention(nn.Module):
         group = self.heads // self.kv_heads
         q = q.reshape(B, self.kv_heads, group * L, self.head_dim)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
-        y = y.view(B, self.heads, L, self.head_dim).transpose(1, 2).reshape(B, L, self.heads * self.head_dim)
+        y = y.reshape(B, self.heads, L, self.head_dim).transpose(1, 2).reshape(B, L, self.heads * self.head_dim)
         return self.o_proj(y)
 
 
@@ -116,9 +144,14 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None  # see engine.fast.fuse_projections
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_weight is not None and not torch.is_grad_enabled():
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(Kernels.swiglu(gate, up))
 
 
 class Layer(nn.Module):
@@ -179,8 +212,8 @@ class SDARModel(nn.Module):
         if attention_mask is None:
             keys = torch.arange(past + L, device=input_ids.device)
             attention_mask = block_causal_mask(position_ids, keys, self.config.block_size)
-        mask = fold_mask(attention_mask, self.config.num_attention_heads // self.config.num_key_value_heads)
         x = self.model.embed_tokens(input_ids)
+        mask = fold_mask(attention_mask, self.config.num_attention_heads // self.config.num_key_value_heads, x.dtype)
         cos, sin = rotary(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
         for layer in self.model.layers:
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
@@ -190,8 +223,11 @@ class SDARModel(nn.Module):
         return self.model.norm(x)
 
 
-def fold_mask(mask: torch.Tensor, group: int) -> torch.Tensor:
-    """A [B, 1, L, Lk] (or [L, Lk]) mask repeated for the `group` query heads folded into the query length."""
+def fold_mask(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """A [B, 1, L, Lk] (or [L, Lk]) bool mask repeated for the `group` query heads folded into the query length,
+    as the additive float mask SDPA would otherwise rebuild in every layer."""
     if mask.dim() == 2:
         mask = mask[None, None]
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
     return mask.repeat(1, 1, group, 1) if group > 1 else mask

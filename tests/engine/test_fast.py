@@ -60,3 +60,41 @@ def test_bf16_graph_pass_matches_reference_pass():
             runner.prefill(tokens[:, :36], positions[:, :36], valid, 4)
             logits.append(runner.denoise(tokens[:, 36:], positions[:, 36:], 36).float().clone())
     torch.testing.assert_close(logits[1], logits[0], atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+def test_compiled_kernels_match_eager_math():
+    from engine import model as model_code
+    from engine.fast import compile_kernels
+
+    assert compile_kernels() is not None
+    from engine.model import Kernels
+
+    x = torch.randn(3, 4, 8, 128, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(128, device="cuda", dtype=torch.bfloat16) + 0.5
+    cos, sin = torch.randn(2, 3, 4, 128, device="cuda", dtype=torch.bfloat16)
+    close = dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(Kernels.rms_norm(x, w, 1e-6), model_code.rms_norm(x, w, 1e-6), **close)
+    for a, b in zip(Kernels.qk_norm_rotary(x, x, w, w, cos, sin, 1e-6),
+                    model_code.qk_norm_rotary(x, x, w, w, cos, sin, 1e-6)):
+        torch.testing.assert_close(a, b, **close)
+    torch.testing.assert_close(Kernels.swiglu(x, x), model_code.swiglu(x, x), **close)
+
+
+def test_fused_projections_change_nothing_and_keep_training_on_the_parameters(tiny_model_dir, tmp_path):
+    from engine.checkpoint import save
+    from engine.fast import fuse_projections
+
+    loaded = load(str(tiny_model_dir), device="cpu")
+    ids = torch.tensor([loaded.tokenizer.encode("__global__ void add(float* a)")])
+    with torch.no_grad():
+        before = loaded.model(ids)
+    fuse_projections(loaded.model)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(ids), before)
+    loaded.model.requires_grad_(True)
+    loaded.model(ids).sum().backward()
+    assert loaded.model.model.layers[0].self_attn.k_proj.weight.grad is not None
+    again = load(str(save(loaded.model, loaded, tmp_path / "saved")), device="cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(ids), before)
