@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
                                 max_new_tokens=args.max_new_tokens)
             out = args.out or Path(f"eval-{slug(Path(args.model).name)}")
             source = Generator(args.model, args.device, args.dtype, decoding, out / "kernels")
+            source.find()
             samples = args.samples or 1
             settings = result_settings(args.model, options, asdict(decoding))
         plan = Plan(tuple(problems), samples, out, options, "compile" if args.baseline == "compile" else "eager",

@@ -76,6 +76,16 @@ class Generator:
         self.verb = "generating"
         self._loaded: Any = None
 
+    def find(self) -> Path:
+        """The checkpoint's directory, before anything is written: a wrong --model fails at once."""
+        from engine.checkpoint import resolve
+        from engine.errors import EngineError
+
+        try:
+            return resolve(self.model)
+        except EngineError as error:
+            raise EvaluationError(str(error)) from error
+
     def kernels(self, problem: Problem, reference: str, samples: Sequence[int]) -> list[Kernel]:
         out: dict[int, Kernel] = {}
         for sample in samples:  # written by an earlier, interrupted run: check it, do not generate again

@@ -78,3 +78,9 @@ def uninterrupted(build_cache, problem_set, solutions, tmp_path_factory) -> Path
     out = tmp_path_factory.mktemp("uninterrupted")
     assert main(_eval_args(problem_set, solutions, out, "--quiet")) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def solution_text():
+    """`solution_text(forward_body)`: a solution file on the shared extension."""
+    return solution
