@@ -9,8 +9,9 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -33,6 +34,7 @@ class Loaded:
     tokenizer: Tokenizer
     config: ModelConfig
     path: Path
+    runner: Any = field(default=None, repr=False, compare=False)  # engine.fast.GraphRunner, made on first use
 
     @property
     def chat_template(self) -> str | None:
@@ -41,6 +43,14 @@ class Loaded:
     @property
     def device(self) -> torch.device:
         return self.model.lm_head.weight.device
+
+
+BUNDLED = Path(__file__).resolve().parent / "bundled"  # where the packaged default model goes, once trained
+
+
+def default_model() -> Path | None:
+    """The bundled default model's directory, or None when this install has none."""
+    return BUNDLED if (BUNDLED / "config.json").is_file() else None
 
 
 def resolve(model_ref: str) -> Path:

@@ -1,0 +1,59 @@
+"""`dice-lsp generate` end to end with the tiny model, and generate_kernel's turning of text into a solution."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import engine
+from dice_lsp.cli import main
+from engine.generation import Generation
+from tests.engine.test_prompts import GENERATED, PROBLEM, SKELETON
+
+
+@pytest.fixture
+def problem(tmp_path):
+    path = tmp_path / "relu.py"
+    path.write_text(PROBLEM)
+    return path
+
+
+def test_generate_json_samples(problem, tiny_model_dir, capsys):
+    status = main(["generate", str(problem), "--model", str(tiny_model_dir), "--samples", "3", "--json",
+                   "--temperature", "1", "--top-k", "0", "--seed", "1", "--max-new-tokens", "20"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["sample"] for line in lines] == [1, 2, 3]
+    for line in lines:
+        assert line["tokens"] == 20 and line["stop_reason"] == "length" and line["prompt_tokens"] > 100
+        # A random model writes no code block: the sample says so and the command fails.
+        assert line["code"] is None and "no code block" in line["note"]
+    assert status == 1
+    assert len({line["text"] for line in lines}) > 1, "samples are drawn independently"
+
+
+def test_generate_infill_reads_the_linked_reference(tmp_path, problem, tiny_model_dir, capsys):
+    skeleton = tmp_path / "relu_dice.py"
+    skeleton.write_text("# dice: reference = relu.py\n" + SKELETON)
+    status = main(["generate", str(skeleton), "--infill", "--model", str(tiny_model_dir), "--max-new-tokens", "8",
+                   "--out", str(tmp_path / "out.py")])
+    assert status == 1 and "sample 1: no code block" in capsys.readouterr().err
+    assert not (tmp_path / "out.py").exists()
+
+
+def test_generate_errors_are_one_line_with_the_fix(tmp_path, problem, tiny_model_dir, capsys):
+    assert main(["generate", str(problem)]) == 2
+    assert "huggingface-cli download DeadlyKitt3n/DICE-1.7B" in capsys.readouterr().err
+    lonely = tmp_path / "skeleton.py"
+    lonely.write_text(SKELETON)
+    assert main(["generate", str(lonely), "--infill", "--model", str(tiny_model_dir)]) == 2
+    assert "--reference" in capsys.readouterr().err
+    assert main(["generate", str(problem), "--model", str(tmp_path / "missing")]) == 2
+    assert "no checkpoint directory" in capsys.readouterr().err
+
+
+def test_a_reply_with_code_becomes_a_spliced_solution():
+    reply = Generation(token_ids=(1,), trace=(0,), stop_reason="stop", text=f"Sure.\n```python\n{GENERATED}```")
+    draft = engine._draft(reply, SKELETON)
+    assert draft.code is not None and "relu_kernel" in draft.code and draft.code.endswith("relu.relu_cuda(x)\t\n")
+    assert engine._draft(reply, None).code == GENERATED
