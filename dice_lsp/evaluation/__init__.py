@@ -10,6 +10,6 @@ from dice_lsp.evaluation.records import RecordLog, SampleRecord, read_records
 from dice_lsp.evaluation.run import Evaluation, Plan, evaluate, summarize
 from dice_lsp.evaluation.sources import Generator, Kernel, SolutionFiles
 
-__all__ = ["Evaluation", "EvaluationError", "Generator", "Kernel", "Outcome", "Plan", "Problem", "RecordLog", "SampleRecord",
-           "Score", "SolutionFiles", "deceptions", "evaluate", "find_problems", "parse_levels", "read_records",
-           "score_levels", "summarize"]
+__all__ = ["Evaluation", "EvaluationError", "Generator", "Kernel", "Outcome", "Plan", "Problem", "RecordLog",
+           "SampleRecord", "Score", "SolutionFiles", "deceptions", "evaluate", "find_problems", "parse_levels",
+           "read_records", "score_levels", "summarize"]

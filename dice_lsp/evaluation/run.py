@@ -53,7 +53,11 @@ def check(kernels: Sequence[Kernel], references: dict[str, str], options: Option
     """The harness seam: one report per kernel, in order, from the batch pool."""
     import harness
 
-    return harness.check_many([(references[k.problem.key], k.text or "") for k in kernels], options, workers=workers)
+    try:
+        return harness.check_many([(references[k.problem.key], k.text or "") for k in kernels], options,
+                                  workers=workers)
+    except harness.HarnessError as error:
+        raise EvaluationError(f"the harness cannot check kernels here: {error}") from error
 
 
 def evaluate(plan: Plan, source: Source, settings: dict) -> Evaluation:
@@ -73,8 +77,10 @@ def evaluate(plan: Plan, source: Source, settings: dict) -> Evaluation:
                 kernels: list[Kernel] = []
                 for problem, samples in group:
                     references.setdefault(problem.key, problem.read())
-                    bar.set_postfix_str(f"{source.verb} {problem.key}", refresh=True)
-                    kernels += source.kernels(problem, references[problem.key], samples)
+                    what = f"{source.verb} {problem.key}"
+                    bar.set_postfix_str(what, refresh=True)
+                    kernels += source.kernels(problem, references[problem.key], samples,
+                                              lambda note, what=what: bar.set_postfix_str(f"{what}: {note}"))
                 for kernel in kernels:
                     if kernel.text is None:
                         log.append(record(kernel, Report("invalid", kernel.note or "no code to check")))

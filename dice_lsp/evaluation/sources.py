@@ -1,6 +1,6 @@
 """Where the kernels come from: solution files on disk (`--solutions`), or the engine, one problem's samples a batch.
 
-Generated kernels are written to `OUT/kernels/` (solutions layout) before they are checked, so a resumed run reuses them.
+Generated kernels go to `OUT/kernels/` (solutions layout) before they are checked, so a resumed run reuses them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from dice_lsp.evaluation.errors import EvaluationError
 from dice_lsp.evaluation.problems import Problem, read_text, solution_files, solution_path
@@ -32,7 +32,8 @@ class Source(Protocol):
     description: str  # for the table's title
     verb: str  # for the progress bar: "reading", "generating"
 
-    def kernels(self, problem: Problem, reference: str, samples: Sequence[int]) -> list[Kernel]: ...
+    def kernels(self, problem: Problem, reference: str, samples: Sequence[int],
+                progress: Callable[[str], None] | None = None) -> list[Kernel]: ...
 
 
 class SolutionFiles:
@@ -53,7 +54,8 @@ class SolutionFiles:
                                   "level1/<problem>.py or level1/<problem>_sample0.py")
         return max(found)
 
-    def kernels(self, problem: Problem, reference: str, samples: Sequence[int]) -> list[Kernel]:
+    def kernels(self, problem: Problem, reference: str, samples: Sequence[int],
+                progress: Callable[[str], None] | None = None) -> list[Kernel]:
         files = solution_files(self.root, problem)
         out = []
         for sample in samples:
@@ -86,7 +88,8 @@ class Generator:
         except EngineError as error:
             raise EvaluationError(str(error)) from error
 
-    def kernels(self, problem: Problem, reference: str, samples: Sequence[int]) -> list[Kernel]:
+    def kernels(self, problem: Problem, reference: str, samples: Sequence[int],
+                progress: Callable[[str], None] | None = None) -> list[Kernel]:
         out: dict[int, Kernel] = {}
         for sample in samples:  # written by an earlier, interrupted run: check it, do not generate again
             path = solution_path(self.kernels_dir, problem, sample)
@@ -95,7 +98,7 @@ class Generator:
         todo = [s for s in samples if s not in out]
         if todo:
             started = time.perf_counter()
-            drafts = generate(reference, self.loaded(), self.decoding, len(todo))
+            drafts = generate(reference, self.loaded(), self.decoding, len(todo), progress)
             seconds = time.perf_counter() - started
             for sample, (code, note) in zip(todo, drafts):
                 if code is not None:
@@ -115,7 +118,8 @@ class Generator:
         return self._loaded
 
 
-def generate(reference: str, loaded: Any, decoding: Any, count: int) -> list[tuple[str | None, str]]:
+def generate(reference: str, loaded: Any, decoding: Any, count: int,
+             progress: Callable[[str], None] | None = None) -> list[tuple[str | None, str]]:
     """The engine seam: `count` samples for one problem as (code or None, note), one batch of prompts."""
     import engine
 
@@ -123,15 +127,22 @@ def generate(reference: str, loaded: Any, decoding: Any, count: int) -> list[tup
     if generate_kernel is None:
         raise EvaluationError("this checkout's engine has no generate_kernel yet; score existing kernels with "
                               "--solutions DIR instead")
-    drafts = list(generate_kernel(reference, loaded, decoding, samples=count))
+
+    def on_block(event: Any) -> None:
+        if progress is not None and hasattr(event, "blocks"):
+            progress(f"block {event.blocks}, {event.finished}/{count} samples done")
+
+    drafts = list(generate_kernel(reference, loaded, decoding, samples=count, on_block=on_block))
     if len(drafts) != count:
         raise EvaluationError(f"the engine returned {len(drafts)} samples for {count} asked; this is a bug in engine")
     out = []
     for draft in drafts:
         if isinstance(draft, str):
             out.append((draft, ""))
-        else:
-            out.append((getattr(draft, "code", None), getattr(draft, "note", "")))
+        elif hasattr(draft, "code"):  # an engine.generation.Draft
+            out.append((draft.code, draft.note))
+        else:  # text without extracted code: the harness reports what is missing
+            out.append((getattr(draft, "text", None), ""))
     return out
 
 

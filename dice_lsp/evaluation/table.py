@@ -22,7 +22,7 @@ def speedup(value: float | None, count: int) -> str:
 
 
 def rows(scores: Sequence[Score], unit: str, thresholds: Sequence[float]) -> list[str]:
-    head = ["Level", unit.capitalize(), "Check", "Exec"] + [f"fast_{p:g}" for p in thresholds] + ["Geo-mean speedup (n)"]
+    head = ["Level", unit.capitalize(), "Check", "Exec", *(f"fast_{p:g}" for p in thresholds), "Geo-mean speedup (n)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in scores:
         if s.unit != unit:

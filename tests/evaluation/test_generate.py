@@ -22,7 +22,7 @@ def test_generated_kernels_are_kept_and_a_resumed_run_checks_them_without_genera
         build_cache, problem_set, solution_text, tmp_path, monkeypatch):
     asked = []
 
-    def fake_engine(reference, loaded, decoding, count):
+    def fake_engine(reference, loaded, decoding, count, progress=None):
         asked.append(("Model" in reference, count))
         if "1e-3" in reference:
             return [(None, "the output held no code block")] * count
@@ -77,3 +77,21 @@ def test_user_errors_are_one_line_with_the_fix(problem_set, tmp_path, capsys):
     assert main(["eval", str(problem_set), "--model", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
     assert "no checkpoint directory" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_engine_seam_reads_drafts_and_reports_blocks(monkeypatch):
+    import engine
+    from engine.generation import Draft, Generation, Progress
+
+    def generate_kernel(reference, loaded, decoding, samples, on_block):
+        on_block(Progress(blocks=3, tokens=(96,) * samples, finished=1, seconds=0.5))
+        made = Generation(token_ids=(1, 2), trace=(0, 1), stop_reason="stop")
+        return [Draft(made, "class ModelNew: ...\n"), Draft(made, None, "no code block in the output")][:samples]
+
+    monkeypatch.setattr(engine, "generate_kernel", generate_kernel, raising=False)
+    seen = []
+    assert sources.generate("class Model: ...", "loaded", None, 2, seen.append) == [
+        ("class ModelNew: ...\n", ""), (None, "no code block in the output")]
+    assert seen == ["block 3, 1/2 samples done"]
+    with pytest.raises(sources.EvaluationError, match="returned 2 samples for 3 asked"):
+        sources.generate("class Model: ...", "loaded", None, 3)
