@@ -63,6 +63,8 @@ def pick_device(choice: str) -> Any:
     if not torch.cuda.is_available():
         raise RuntimeError(f"device {choice!r} asked for, but torch sees no CUDA GPU")
     device = torch.device("cuda" if choice == "auto" else choice)
+    if device.index is None:  # set_device needs an index on older torch
+        device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
     return device
 
