@@ -33,6 +33,7 @@ class CheckRunner:
                 from harness.options import Options
 
                 options = Options.from_settings(settings)
+                harness.keep_warm(2)  # started workers (reference, solution) waits for the next save: re-checks skip torch's import
                 report = harness.check(reference, solution, options, cancel=cancel)
             except Exception as error:  # a harness bug must surface as a report, never kill the server
                 log.exception("check failed")
@@ -52,6 +53,15 @@ class CheckRunner:
             event = self._running.pop(uri, None)
         if event is not None:
             event.set()
+
+    def close(self) -> None:
+        self.cancel_all()
+        try:
+            import harness
+
+            harness.close_spares()
+        except Exception:
+            pass
 
     def cancel_all(self) -> None:
         with self._lock:

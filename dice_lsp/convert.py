@@ -77,7 +77,7 @@ def report_diagnostics(anatomy: Anatomy, report, encoding: str) -> list[types.Di
         out.append(types.Diagnostic(range=where, message=prefix + diagnostic.message, source=SOURCE,
                                     severity=_SEVERITY.get(diagnostic.severity, types.DiagnosticSeverity.Error),
                                     code="compile"))
-    for finding in report.findings:
+    for finding in report.findings:  # run-time findings; the static ones come from anatomy on every change
         out.append(types.Diagnostic(
             range=first_line(index, finding.span, encoding), message=finding.message, code=finding.code,
             severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning), source=SOURCE,

@@ -169,10 +169,9 @@ class DiceServer(LanguageServer):
             self.state.speedups[uri] = report.speedup_eager
         self.status("idle", report.summary(), uri=uri, speedup=report.speedup_eager)
         self.publish(uri)
-        try:
+        workspace = self.client_capabilities.workspace
+        if workspace is not None and workspace.code_lens is not None and workspace.code_lens.refresh_support:
             self.workspace_code_lens_refresh(None)
-        except Exception:  # clients without refresh support
-            pass
 
     # -- generation ------------------------------------------------------------------------------------------------
     async def generate(self, uri: str, infill: bool) -> dict:
@@ -451,5 +450,5 @@ def command_benchmark(ls: DiceServer, uri: str) -> dict:
 
 @server.feature(types.SHUTDOWN)
 def shutdown(ls: DiceServer, params: None) -> None:
-    ls.checks.cancel_all()
+    ls.checks.close()
     ls.engine.close()

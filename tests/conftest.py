@@ -5,7 +5,23 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_build_cache(tmp_path_factory):
+    """One harness build cache for the whole test session (and the servers it starts), so each distinct extension
+    and the precompiled torch header are built once, and the user's own cache is never touched."""
+    root = tmp_path_factory.mktemp("dice-cache")
+    previous = os.environ.get("DICE_LSP_CACHE")
+    os.environ["DICE_LSP_CACHE"] = str(root)
+    yield root
+    if previous is None:
+        os.environ.pop("DICE_LSP_CACHE", None)
+    else:
+        os.environ["DICE_LSP_CACHE"] = previous
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,12 +32,13 @@ def draw(scores: Sequence[Score], path: Path, title: str, thresholds: Sequence[f
                 rate = 0.0 if s is None else s.exec_rate if m == 0 else s.fast_rate(thresholds[m - 1])
                 values.append(100 * rate)
             offset = (2 * m + robust - len(metrics) + 0.5) * width
-            axes.bar([i + offset for i in range(len(levels))], values, width, color=colors[m % len(colors)],
-                     hatch="//" if robust else None, edgecolor="white" if robust else None,
-                     label=f"{metric} ({'robust' if robust else 'plain'})")
+            bars = axes.bar([i + offset for i in range(len(levels))], values, width, color=colors[m % len(colors)],
+                            hatch="//" if robust else None, edgecolor="white" if robust else None,
+                            label=f"{metric} ({'robust' if robust else 'plain'})")
+            axes.bar_label(bars, fmt="%.0f", fontsize=6, padding=1)  # so a zero is seen as a zero, not a gap
     axes.set_xticks(range(len(levels)), [f"Level {level}" for level in levels])
     axes.set_ylabel("% of samples")
-    axes.set_ylim(0, 100)
+    axes.set_ylim(0, 110)
     axes.set_title(title, fontsize=10)
     axes.legend(fontsize=7, ncol=len(metrics), loc="upper right")
     figure.tight_layout()

@@ -23,9 +23,9 @@ def solution(forward_body: str, prelude: str = "") -> str:
 
 
 @pytest.fixture(scope="session")
-def cache_root(tmp_path_factory) -> Path:
-    """Where DICE_LSP_CACHE points for CLI tests; the harness keeps its builds in `extensions/` under it."""
-    return tmp_path_factory.mktemp("cache")
+def cache_root(shared_build_cache) -> Path:
+    """Where DICE_LSP_CACHE points (the session's shared cache); the harness keeps its builds in `extensions/`."""
+    return shared_build_cache
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,99 @@
+"""On save: the harness runs in the background and its report lands on the right lines; a newer save wins.
+
+These build a real C++ extension (CPU mode); the harness tests build the same one, so the session cache shares it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+HARNESS_FILES = Path(__file__).parent.parent / "harness" / "files"
+pytestmark = pytest.mark.slow
+
+
+def solution(forward: str) -> str:
+    text = (HARNESS_FILES / "add_solution.py").read_text().replace("return self.ext.FUNCTION(a, b)", forward)
+    return text + "\n\n" + (HARNESS_FILES / "add_reference.py").read_text().split("\n", 2)[2]
+
+
+def trusted(client: LanguageClient) -> None:
+    client.set_configuration({"trustedWorkspace": True, "device": "cpu", "baseline": "eager", "timingTrials": 20,
+                              "runOnSave": True, "runTimeout": 60}, section="dice")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+
+
+async def until(client: LanguageClient, uri: str, predicate, timeout: float = 600):
+    async def wait():
+        while True:
+            current = client.diagnostics.get(uri, [])
+            if predicate(current):
+                return current
+            await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    return await asyncio.wait_for(wait(), timeout)
+
+
+def save(client: LanguageClient, uri: str, text: str, version: int) -> None:
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri)))
+
+
+def headline(diagnostics):
+    return [d for d in diagnostics if d.code in ("correct", "mismatch", "crashed", "timed-out", "compile-error")]
+
+
+@pytest.mark.asyncio
+async def test_saved_solution_is_checked_and_the_speedup_lands_on_model_new(client: LanguageClient, tmp_path):
+    trusted(client)
+    path = tmp_path / "add_dice.py"
+    text = solution("return self.ext.add_values(a, b)")
+    path.write_text(text)
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
+        uri=uri, language_id="python", version=1, text=text)))
+    await asyncio.sleep(0.3)
+    client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri)))
+    diagnostics = await until(client, uri, lambda ds: headline(ds))
+    [result] = headline(diagnostics)
+    assert result.code == "correct", result.message
+    assert result.severity == types.DiagnosticSeverity.Information
+    assert "x vs eager" in result.message and "20 timed trials" in result.message
+    assert text.splitlines()[result.range.start.line].startswith("class ModelNew")
+    lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
+    assert lenses[0].command.title.startswith("correct:") and lenses[1].command.title == "Benchmark"
+
+    # A wrong kernel: the next save replaces the result.
+    save(client, uri, solution("return self.ext.subtract(a, b)"), 2)
+    diagnostics = await until(client, uri, lambda ds: any(d.code == "mismatch" for d in ds))
+    [result] = headline(diagnostics)
+    assert "wrong result on" in result.message and result.severity == types.DiagnosticSeverity.Error
+
+
+@pytest.mark.asyncio
+async def test_newer_save_cancels_a_hung_check_and_requests_stay_answered(client: LanguageClient, tmp_path):
+    trusted(client)
+    path = tmp_path / "add_dice.py"
+    hung = solution("return self.ext.spin(a, b)")
+    path.write_text(hung)
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
+        uri=uri, language_id="python", version=1, text=hung)))
+    await asyncio.sleep(0.3)
+    client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri)))
+    await asyncio.sleep(3)  # the check is now building or spinning
+    began = time.monotonic()
+    hover = await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri),
+                                                                     types.Position(0, 0)))
+    assert hover is None and time.monotonic() - began < 2  # answered while the check runs
+    save(client, uri, solution("return self.ext.add_values(a, b)"), 2)
+    diagnostics = await until(client, uri, lambda ds: headline(ds), timeout=300)
+    # Only the newer save's result is shown: the hung check was killed, never reported as a timeout.
+    assert [d.code for d in headline(diagnostics)] == ["correct"]
+    assert time.monotonic() - began < 60  # far less than the 60 s run limit that would end the hang
