@@ -71,16 +71,28 @@ def _run(job: GenerationJob, loaded: dict, connection, cancel_event) -> list[str
         loaded[key] = load(job.model or None, device=job.device, dtype=job.dtype)
 
     def on_block(event) -> None:
-        info = event if isinstance(event, dict) else asdict(event) if hasattr(event, "__dataclass_fields__") else {}
-        connection.send(("progress", {k: v for k, v in info.items() if isinstance(v, (int, float, str))}))
+        connection.send(("progress", {"blocks": event.blocks, "tokens": max(event.tokens, default=0),
+                                      "seconds": event.seconds}))
 
-    results = engine.generate_kernel(
+    drafts = engine.generate_kernel(
         job.reference, loaded[key], Decoding(**job.decoding), samples=job.samples,
         infill_skeleton=job.skeleton, on_block=on_block, cancel=cancel_event.is_set,
     )
     if cancel_event.is_set():
         raise GenerationCancelled()
-    return [getattr(r, "text", r) for r in results]
+    return [Drafted(d.code, d.note, d.generation.text, len(d.generation.token_ids), d.generation.seconds)
+            for d in drafts]
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """A generated sample as the server sees it: the kernel file, or None and why, plus the raw output."""
+
+    code: str | None
+    note: str
+    raw: str
+    tokens: int
+    seconds: float
 
 
 class EngineWorker:
@@ -103,7 +115,8 @@ class EngineWorker:
         child.close()
         self._connection = parent
 
-    def run(self, job: GenerationJob, on_progress: Callable[[dict], None], cancelled: threading.Event) -> list[str]:
+    def run(self, job: GenerationJob, on_progress: Callable[[dict], None], cancelled: threading.Event
+            ) -> list[Drafted]:
         with self._lock:
             self._ensure()
             self._connection.send(asdict(job))

@@ -224,7 +224,7 @@ class DiceServer(LanguageServer):
         loop = asyncio.get_running_loop()
         watcher = asyncio.ensure_future(_watch(watch_cancel, cancelled))
         try:
-            texts = await loop.run_in_executor(None, self.engine.run, job, on_progress, cancelled)
+            drafts = await loop.run_in_executor(None, self.engine.run, job, on_progress, cancelled)
         except GenerationCancelled:
             return {"ok": False, "message": "cancelled"}
         except GenerationError as error:
@@ -238,30 +238,36 @@ class DiceServer(LanguageServer):
             if has_progress:
                 progress.end(token, types.WorkDoneProgressEnd(message="done"))
         self.status("idle", "generation finished", uri=uri, model=settings.model or "bundled default model")
-        text = texts[0] if texts else ""
-        if not text.strip():
-            return {"ok": False, "message": "the model produced no code block"}
+        draft = drafts[0]
+        text = draft.code
+        if text is None:
+            message = f"the model wrote no usable kernel: {draft.note}"
+            if infill or settings.solution_location == "sameFile":
+                # Never put raw model output into the user's own file.
+                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                                 message=f"dice-lsp: {message}; nothing changed"))
+                return {"ok": False, "message": message}
+            # A new file loses nothing: keep what the model wrote, as comments, so the user can see why.
+            text = f"# dice-lsp: {message}. The model's raw output:\n" + "".join(
+                f"# {line}\n" for line in draft.raw.splitlines())
         edit = self.solution_edit(uri, anatomy, text, infill)
         result = await self.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=title))
         return {"ok": bool(result.applied), "message": result.failure_reason or ""}
 
     def solution_edit(self, uri: str, anatomy: Anatomy, text: str, infill: bool) -> types.WorkspaceEdit:
         index = LineIndex(anatomy.text)
-        whole = convert.lsp_range(index, _whole(anatomy.text), self.encoding)
         doc_version = self.workspace.get_text_document(uri).version
         identifier = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=doc_version)
         if infill:
+            # The engine kept the skeleton's prefix and suffix byte for byte: the edit replaces the core only.
             split = actions.empty_core(anatomy)
-            core_range = convert.lsp_range(index, split.core, self.encoding)
-            new = parse(text)
-            new_core = next((s.core.slice(text) for s in new.splits if s.source.variable == split.source.variable),
-                            None)
-            replacement = new_core if new_core is not None else text[split.core.start:split.core.end]
-            if text.startswith(split.prefix.slice(anatomy.text)) and new_core is None:
-                replacement = text
-                core_range = whole
-            return types.WorkspaceEdit(document_changes=[
-                types.TextDocumentEdit(text_document=identifier, edits=[types.TextEdit(core_range, replacement)])])
+            prefix, suffix = split.prefix.slice(anatomy.text), split.suffix.slice(anatomy.text)
+            if not (text.startswith(prefix) and text.endswith(suffix)):
+                raise ValueError("the infilled file does not keep the skeleton's prefix and suffix")
+            core = text[len(prefix):len(text) - len(suffix)]
+            return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+                text_document=identifier,
+                edits=[types.TextEdit(convert.lsp_range(index, split.core, self.encoding), core)])])
         path = self.path(uri)
         if self.state.settings.solution_location == "sameFile" or path is None:
             end = convert.lsp_range(index, types_span_end(anatomy.text), self.encoding)
@@ -295,12 +301,6 @@ def types_span_end(text: str):
     from dice_lsp.anatomy import Span
 
     return Span(len(text), len(text))
-
-
-def _whole(text: str):
-    from dice_lsp.anatomy import Span
-
-    return Span(0, len(text))
 
 
 def _nvcc_available(settings: Settings) -> bool:
