@@ -1,11 +1,10 @@
 """Fixtures for the eval tests: a three-problem set in KernelBench layout, solutions for it, one shared build cache.
 
-Every solution is `files/solution.py` with its own forward line, so the whole suite builds one C++ extension.
+Every solution is `files/solution.py` with its own forward body, so the whole suite builds one C++ extension.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -29,16 +28,9 @@ def solution(forward: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def build_cache(tmp_path_factory):
-    """DICE_LSP_CACHE for the session (in-process runs and subprocesses), so the extension is built once."""
-    root = tmp_path_factory.mktemp("cache")
-    before = os.environ.get("DICE_LSP_CACHE")
-    os.environ["DICE_LSP_CACHE"] = str(root)
-    yield root
-    if before is None:
-        os.environ.pop("DICE_LSP_CACHE", None)
-    else:
-        os.environ["DICE_LSP_CACHE"] = before
+def build_cache(shared_build_cache):
+    """DICE_LSP_CACHE for the session (tests/conftest.py), shared with other packages: the extension builds once."""
+    return shared_build_cache
 
 
 @pytest.fixture(scope="session")
