@@ -54,6 +54,12 @@ def _child(connection, cancel_event) -> None:
             kind = type(error).__name__
             if kind == "Cancelled" or cancel_event.is_set():
                 connection.send(("cancelled", None))
+            elif "out of memory" in str(error).lower():
+                loaded.clear()
+                message = (f"the model does not fit in GPU memory ({job.model or 'bundled model'}): choose a smaller "
+                           "checkpoint (DICE-1.7B needs about 4.1 GB in bf16, DICE-8B about 16 GB), a lower "
+                           "dice.decoding.maxNewTokens, or set dice.device to cpu")
+                connection.send(("error", ("OutOfMemory", message, "")))
             else:
                 connection.send(("error", (kind, str(error) or kind, traceback.format_exc(limit=5))))
 

@@ -21,6 +21,13 @@ def settings(**overrides) -> dict:
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "dice_lsp"]))
 async def client(lsp_client: LanguageClient, tmp_path):
     lsp_client.set_configuration(settings(), section="dice")
+    lsp_client.applied_edits = []
+
+    @lsp_client.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        lsp_client.applied_edits.append(params)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
     await lsp_client.initialize_session(types.InitializeParams(
         capabilities=types.ClientCapabilities(
             window=types.WindowClientCapabilities(work_done_progress=True),

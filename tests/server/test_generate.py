@@ -1,0 +1,78 @@
+"""Code actions that run the engine: progress, cancellation, the edit that lands, and errors shown once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+PROBLEM = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(256)]\n\n\n"
+           "def get_init_inputs():\n    return []\n")
+
+
+async def open_problem(client: LanguageClient, tmp_path: Path, text: str = PROBLEM) -> tuple[str, Path]:
+    path = tmp_path / "relu.py"
+    path.write_text(text)
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
+        uri=uri, language_id="python", version=1, text=text)))
+    await asyncio.sleep(0.3)
+    return uri, path
+
+
+def configure(client: LanguageClient, **settings) -> None:
+    client.set_configuration({"device": "cpu", **settings}, section="dice")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+
+
+@pytest.mark.asyncio
+async def test_generate_reports_progress_and_creates_the_linked_solution(client: LanguageClient, tmp_path,
+                                                                         tiny_model_dir):
+    configure(client, model=str(tiny_model_dir), decoding={"maxNewTokens": 32})
+    uri, path = await open_problem(client, tmp_path)
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="dice.server.generate", arguments=[uri]))
+    assert result["ok"] is True, result
+    [edit] = client.applied_edits
+    create, write = edit.edit.document_changes
+    assert create.kind == "create" and create.uri == (tmp_path / "relu_dice.py").as_uri()
+    assert write.edits[0].new_text.startswith("# dice: reference = relu.py\n")
+    assert path.read_text() == PROBLEM  # the problem itself is untouched
+    [token] = client.progress_reports
+    reports = client.progress_reports[token]
+    assert reports[0].kind == "begin" and reports[-1].kind == "end"
+    assert any(getattr(r, "message", "") and "tokens" in r.message for r in reports[1:-1])
+
+
+@pytest.mark.asyncio
+async def test_generation_can_be_cancelled_from_its_progress(client: LanguageClient, tmp_path, tiny_model_dir):
+    configure(client, model=str(tiny_model_dir), decoding={"maxNewTokens": 100000, "steps": 4})
+    uri, _ = await open_problem(client, tmp_path)
+    task = asyncio.ensure_future(client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="dice.server.generate", arguments=[uri])))
+    for _ in range(400):
+        tokens = list(client.progress_reports)
+        if tokens and len(client.progress_reports[tokens[0]]) >= 2:  # began and reported: decoding is under way
+            break
+        await asyncio.sleep(0.05)
+    client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=tokens[0]))
+    result = await asyncio.wait_for(task, 60)
+    assert result == {"ok": False, "message": "cancelled"}
+    assert client.applied_edits == []
+
+
+@pytest.mark.asyncio
+async def test_missing_model_is_one_actionable_message(client: LanguageClient, tmp_path):
+    configure(client, model=str(tmp_path / "no-such-model"))
+    uri, _ = await open_problem(client, tmp_path)
+    for _ in range(2):
+        result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="dice.server.generate", arguments=[uri]))
+        assert result["ok"] is False
+    messages = [m.message for m in client.messages if "no-such-model" in m.message]
+    assert len(messages) == 1, client.messages
+    assert client.applied_edits == []
