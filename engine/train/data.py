@@ -1,33 +1,17 @@
-"""Training data: JSONL {reference, solution} pairs made into prompts and answers (end-to-end and infilling).
+"""Training data: JSONL {reference, solution} pairs made into prompt and answer tokens (end-to-end and infilling).
 
-Infilling uses anatomy's DICE split: the prompt shows the solution's prefix and suffix, the answer is the whole file.
+Prompts are engine.prompts', the ones served: a model is trained on exactly what it will be asked.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import prompts
+from engine.errors import EngineError
 from engine.train.errors import TrainError
-
-FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
-
-END_TO_END = (
-    "You write custom CUDA kernels to replace the PyTorch operators in the given architecture to get speedups.\n\n"
-    "You are given the following architecture:\n\n```python\n{reference}\n```\n\n"
-    "Optimize the architecture named Model with custom CUDA operators! Name your optimized output architecture "
-    "ModelNew. Output the new code in codeblocks. Please generate real code, NOT pseudocode, make sure the code "
-    "compiles and is fully functional. Just output the new model code, no other text, and NO testing code!"
-)
-INFILLING = (
-    "You write custom CUDA kernels to replace the PyTorch operators in the given architecture to get speedups.\n\n"
-    "You are given the following architecture:\n\n```python\n{reference}\n```\n\n"
-    "Here is the beginning of an optimized ModelNew that uses custom CUDA operators:\n\n```python\n{prefix}\n```\n\n"
-    "and here is its end:\n\n```python\n{suffix}\n```\n\n"
-    "Write the missing CUDA source in between. Output the whole completed file in one codeblock."
-)
 
 
 @dataclass(frozen=True)
@@ -83,40 +67,27 @@ def easy_to_hard(pairs: list[Pair]) -> list[Pair]:
     return sorted(pairs, key=lambda p: (p.level, len(p.reference)))
 
 
-def split(solution: str):
-    """The (prefix, core, suffix) texts of a solution by anatomy's DICE split, or None when it has none."""
-    from dice_lsp.anatomy import parse
-
-    splits = parse(solution).splits
-    if not splits:
+def prompt_messages(pair: Pair, kind: str) -> list[dict[str, str]] | None:
+    """The chat messages serving sends for `pair` (engine.prompts, as generate_kernel builds them): the one-shot
+    end-to-end prompt, or for "infill" the prompt with the solution as the skeleton; None when it has no core."""
+    if kind == "e2e":
+        return prompts.end_to_end_prompt(pair.reference)
+    if not pair.solution:
         return None
-    first = splits[0]
-    return first.prefix.slice(solution), first.core.slice(solution), first.suffix.slice(solution)
-
-
-def chat(tokenizer, user: str) -> list[int]:
-    """Token ids of one user turn through the checkpoint's chat template, ending with the assistant's opening."""
-    template = tokenizer.chat_template
-    if not template:
-        raise TrainError("the checkpoint's tokenizer has no chat template; add chat_template.jinja beside it")
-    import jinja2
-
-    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    text = environment.from_string(template).render(
-        messages=[{"role": "user", "content": user}], add_generation_prompt=True, enable_thinking=False)
-    return tokenizer.encode(text)
+    try:
+        prefix, _, suffix = prompts.skeleton_parts(pair.solution)
+    except EngineError:
+        return None
+    return prompts.infill_prompt(pair.reference, prefix, suffix)
 
 
 def prompt_ids(tokenizer, pair: Pair, kind: str) -> list[int] | None:
-    """The prompt of `pair` for stage `kind` ("e2e" or "infill"); None when an infilling prompt is impossible."""
-    if kind == "e2e":
-        return chat(tokenizer, END_TO_END.format(reference=pair.reference.strip()))
-    parts = split(pair.solution) if pair.solution else None
-    if parts is None:
+    """The prompt tokens of `pair` for stage `kind` ("e2e" or "infill"), rendered through the checkpoint's chat
+    template exactly as the engine renders them when it serves; None when an infilling prompt is impossible."""
+    messages = prompt_messages(pair, kind)
+    if messages is None:
         return None
-    prefix, _, suffix = parts
-    return chat(tokenizer, INFILLING.format(reference=pair.reference.strip(), prefix=prefix.strip(),
-                                            suffix=suffix.strip()))
+    return tokenizer.encode(prompts.render(messages, tokenizer.chat_template))
 
 
 def answer_ids(tokenizer, solution: str, end_id: int) -> list[int]:
@@ -131,6 +102,9 @@ def end_of_turn(tokenizer, config) -> int:
 
 def sft_samples(tokenizer, config, pairs: list[Pair], kinds=("e2e", "infill")) -> tuple[list[Sample], dict]:
     """Samples of every kind for every pair, and counts of what was skipped and why."""
+    unknown = sorted(set(kinds) - {"e2e", "infill"})
+    if unknown:
+        raise TrainError(f"unknown sample kind {', '.join(unknown)}: use e2e, infill or both")
     end = end_of_turn(tokenizer, config)
     samples, skipped = [], {}
     for index, pair in enumerate(pairs):
@@ -142,11 +116,3 @@ def sft_samples(tokenizer, config, pairs: list[Pair], kinds=("e2e", "infill")) -
                 continue
             samples.append(Sample(tuple(prompt), answer, kind, index))
     return samples, skipped
-
-
-def extract_code(text: str) -> str:
-    """The solution file in a model's answer: the longest fenced block, or the whole text when there is none."""
-    blocks = FENCE.findall(text)
-    if not blocks:
-        return text.strip().removeprefix("```python").strip("`\n ")
-    return max(blocks, key=len).strip() + "\n"

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.train import distributed
-from engine.train.data import easy_to_hard, end_of_turn, extract_code, prompt_ids, read_pairs
+from engine.prompts import extract_code
+from engine.train.data import easy_to_hard, prompt_ids, read_pairs
 from engine.train.errors import TrainError
 from engine.train.pack import IGNORE, group, join
 from engine.train.rewards import group_advantages, judge, outcome
@@ -96,7 +97,7 @@ def rl_step(run: Run, config: RLConfig, pairs, prompts, tasks: list[int], option
     mine = tasks[run.world.rank :: run.world.size]
     seed = (run.config.seed * 1_000_003 + run.step) * 64 + run.world.rank
     generations = rollouts(run, config, [prompts[i] for i in mine], seed)
-    codes = [extract_code(g.text) if g.text.strip() else None for g in generations]
+    codes = [extract_code(g.text) for g in generations]  # the engine's own extraction, as served
     references = [pairs[i].reference for i in mine for _ in range(config.group_size)]
     outcomes = [outcome(r, config.speed_weight) for r in judge(references, codes, options)]
     pieces = []

@@ -1,10 +1,16 @@
-"""Fixtures of the training tests: a tiny random checkpoint and a toy set of KernelBench pairs."""
+"""Fixtures of the training tests: a toy set of KernelBench pairs, a C++-only pair the CPU harness builds, and the
+cutoff that keeps each toy sample's whole prompt plus a short answer (the served prompts are long).
+
+The tiny checkpoint is the session's shared `tiny_model_dir` (tests/conftest.py); training only reads it.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
+import torch
 
 OPS = {"add": "a + b", "mul": "a * b", "sub": "a - b", "max": "fmaxf(a, b)"}
 
@@ -76,11 +82,13 @@ def toy_pairs() -> list[dict]:
     return pairs
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory):
-    from engine.tiny import build
-
-    return build(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model's matmuls are faster on one intra-op thread, far faster when the cores are busy."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
@@ -88,3 +96,75 @@ def toy_jsonl(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "pairs.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in toy_pairs()))
     return path
+
+
+@pytest.fixture(scope="session")
+def toy_cutoff(tiny_model_dir):
+    """cutoff(kind, answer_tokens): the --cutoff that keeps every toy prompt of `kind` whole and cuts answers to
+    about `answer_tokens`, so runs stay short however long engine.prompts' prompts are."""
+    from engine.tokenizer import Tokenizer
+    from engine.train.data import Pair, prompt_ids
+
+    tokenizer = Tokenizer.from_dir(tiny_model_dir)
+    longest = {kind: max(len(prompt_ids(tokenizer, Pair(p["reference"], p["solution"]), kind)) for p in toy_pairs())
+               for kind in ("e2e", "infill")}
+    return lambda kind, answer_tokens=32: longest[kind] + answer_tokens
+
+
+CPP_REFERENCE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a {op} b
+
+
+def get_inputs():
+    return [torch.randn(256), torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CPP_SOLUTION = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+add_cpp_source = """
+#include <torch/extension.h>
+
+torch::Tensor add_loop(torch::Tensor a, torch::Tensor b) {
+    auto x = a.contiguous(), y = b.contiguous();
+    auto out = torch::empty_like(x);
+    const float* p = x.data_ptr<float>();
+    const float* q = y.data_ptr<float>();
+    float* r = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) r[i] = p[i] + q[i];
+    return out;
+}
+"""
+
+toy_add = load_inline(name="dice_train_toy_add", cpp_sources=add_cpp_source, functions=["add_loop"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return toy_add.add_loop(a, b)
+'''
+
+
+@dataclass(frozen=True)
+class CppPair:
+    """One C++-only extension (an elementwise add) that every harness-backed training test builds, so the session's
+    build cache builds it once; `reference` adds (the solution is correct), `wrong_reference` subtracts."""
+
+    reference: str = CPP_REFERENCE.format(op="+")
+    wrong_reference: str = CPP_REFERENCE.format(op="-")
+    solution: str = CPP_SOLUTION
+
+
+@pytest.fixture(scope="session")
+def cpp_pair() -> CppPair:
+    return CppPair()

@@ -12,50 +12,6 @@ from engine.train.pack import IGNORE
 from engine.train.rewards import group_advantages
 from engine.train.trace import replay_piece
 
-REFERENCE = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a + b
-
-
-def get_inputs():
-    return [torch.randn(256), torch.randn(256)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-SOLUTION = '''import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-add_cpp_source = """
-#include <torch/extension.h>
-
-torch::Tensor add_loop(torch::Tensor a, torch::Tensor b) {
-    auto x = a.contiguous(), y = b.contiguous();
-    auto out = torch::empty_like(x);
-    const float* p = x.data_ptr<float>();
-    const float* q = y.data_ptr<float>();
-    float* r = out.data_ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) r[i] = p[i] + q[i];
-    return out;
-}
-"""
-
-toy_add = load_inline(name="dice_train_toy_add", cpp_sources=add_cpp_source, functions=["add_loop"])
-
-
-class ModelNew(nn.Module):
-    def forward(self, a, b):
-        return toy_add.add_loop(a, b)
-'''
-
-
 def test_replay_trains_each_commit_step_once():
     prompt, answer = [1, 2, 3, 4, 5, 6], [10, 11, 12, 13, 14, 15, 16]
     trace = [0, 2, 1, 0, 5, 3, 3]  # blocks (positions // 4): [4..7] holds 4 answer tokens, [8..11] the rest
@@ -73,15 +29,15 @@ def test_replay_trains_each_commit_step_once():
 
 
 @pytest.mark.slow
-def test_one_rl_step_through_the_cpu_harness(tiny_checkpoint, tmp_path, monkeypatch):
+def test_one_rl_step_through_the_cpu_harness(tiny_model_dir, cpp_pair, tmp_path, monkeypatch):
     data = tmp_path / "tasks.jsonl"
-    data.write_text(json.dumps({"reference": REFERENCE, "level": 1}) + "\n")
+    data.write_text(json.dumps({"reference": cpp_pair.reference, "level": 1}) + "\n")
     real = rl.rollouts
     seen = {}
 
     def rollouts_with_one_good_answer(run, config, prompts, seed):
         generations = real(run, config, prompts, seed)  # the engine's real rollouts, traces included
-        good = run.tokenizer.encode(f"```python\n{SOLUTION}```") + [run.model_config.stop_token_ids[-1]]
+        good = run.tokenizer.encode(f"```python\n{cpp_pair.solution}```") + [run.model_config.stop_token_ids[-1]]
         first = generations[0]
         trace = [i // 2 for i in range(len(good))]  # two tokens committed per denoising step
         generations[0] = type(first)(token_ids=tuple(good), trace=tuple(trace), stop_reason="stop",
@@ -94,7 +50,7 @@ def test_one_rl_step_through_the_cpu_harness(tiny_checkpoint, tmp_path, monkeypa
     from engine.train.run import RunConfig
 
     summary = rl.train(
-        RunConfig(model=str(tiny_checkpoint), out=str(tmp_path / "rl"), lr=1e-3, progress=False, save_every=10),
+        RunConfig(model=str(tiny_model_dir), out=str(tmp_path / "rl"), lr=1e-3, progress=False, save_every=10),
         rl.RLConfig(data=str(data), stage="e2e", steps=1, tasks_per_step=1, group_size=3, max_new_tokens=16,
                     harness={"device": "cpu", "correctness_trials": 1, "baseline": "none"}),
     )

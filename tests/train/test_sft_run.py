@@ -21,16 +21,17 @@ from engine.train.sft import SFTConfig, train
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def sft_command(model, data, out, steps):
-    return [sys.executable, "-m", "dice_lsp", "train", "sft", "--model", str(model), "--data", str(data),
-            "--out", str(out), "--lr", "2e-3", "--batch-size", "2", "--epochs", "100", "--max-steps", str(steps),
-            "--cutoff", "320", "--kinds", "e2e", "--save-every", "2", "--schedule", "constant", "--no-progress"]
+def sft_command(model, data, out, steps, cutoff, batch_size=2, launcher=(sys.executable, "-m")):
+    """`dice-lsp train sft` on the toy set; `launcher` runs it (python -m, or torchrun ... -m)."""
+    return [*launcher, "dice_lsp", "train", "sft", "--model", str(model), "--data", str(data), "--out", str(out),
+            "--lr", "2e-3", "--batch-size", str(batch_size), "--epochs", "100", "--max-steps", str(steps),
+            "--cutoff", str(cutoff), "--kinds", "e2e", "--save-every", "2", "--schedule", "constant", "--no-progress"]
 
 
-def test_loss_falls_and_the_result_loads_and_generates(tiny_checkpoint, toy_jsonl, tmp_path):
-    summary = train(RunConfig(model=str(tiny_checkpoint), out=str(tmp_path / "run"), lr=3e-3, save_every=4,
+def test_loss_falls_and_the_result_loads_and_generates(tiny_model_dir, toy_jsonl, toy_cutoff, tmp_path):
+    summary = train(RunConfig(model=str(tiny_model_dir), out=str(tmp_path / "run"), lr=3e-3, save_every=4,
                               schedule="constant", progress=False),
-                    SFTConfig(data=str(toy_jsonl), epochs=100, batch_size=4, cutoff=320, kinds=("e2e",),
+                    SFTConfig(data=str(toy_jsonl), epochs=100, batch_size=4, cutoff=toy_cutoff("e2e"), kinds=("e2e",),
                               max_steps=12))
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records]
@@ -42,15 +43,15 @@ def test_loss_falls_and_the_result_loads_and_generates(tiny_checkpoint, toy_json
     assert len(out[0].token_ids) >= 1
 
 
-def test_killed_run_resumes_to_the_same_weights(tiny_checkpoint, toy_jsonl, tmp_path):
+def test_killed_run_resumes_to_the_same_weights(tiny_model_dir, toy_jsonl, toy_cutoff, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    steps = 14
-    straight = subprocess.run(sft_command(tiny_checkpoint, toy_jsonl, tmp_path / "straight", steps), env=env,
+    steps, cutoff = 14, toy_cutoff("e2e")
+    straight = subprocess.run(sft_command(tiny_model_dir, toy_jsonl, tmp_path / "straight", steps, cutoff), env=env,
                               capture_output=True, text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]
 
     killed_out = tmp_path / "killed"
-    process = subprocess.Popen(sft_command(tiny_checkpoint, toy_jsonl, killed_out, steps), env=env,
+    process = subprocess.Popen(sft_command(tiny_model_dir, toy_jsonl, killed_out, steps, cutoff), env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while time.time() < deadline and not (killed_out / "latest").exists():
@@ -59,7 +60,7 @@ def test_killed_run_resumes_to_the_same_weights(tiny_checkpoint, toy_jsonl, tmp_
     process.wait()
     assert (killed_out / "latest").exists() and not (killed_out / "final").exists(), "the run ended before the kill"
 
-    resumed = subprocess.run(sft_command(tiny_checkpoint, toy_jsonl, killed_out, steps), env=env,
+    resumed = subprocess.run(sft_command(tiny_model_dir, toy_jsonl, killed_out, steps, cutoff), env=env,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert '"resumed_from": ' in resumed.stdout and '"resumed_from": null' not in resumed.stdout
