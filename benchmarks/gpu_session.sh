@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One device call: every GPU test, then the harness and decode benchmarks; logs and RESULTS.md land in $OUT.
+# Usage on the GPU machine, from the repo root: OUT=/some/dir bash benchmarks/gpu_session.sh [pytest -k expr]
+set -uo pipefail
+out="${OUT:-/tmp/dice-gpu}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
+
+python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="--import-mode=importlib -ra" ${1:+-k "$1"} tests \
+    2>&1 | tee "$out/gpu_tests.log"
+if [ -z "${SKIP_BENCH:-}" ]; then
+    timeout 240 python3 benchmarks/build.py --no-plain --repeats 5 2>&1 | tee "$out/build_bench.log"
+fi
+cp benchmarks/RESULTS.md "$out/RESULTS.md"
