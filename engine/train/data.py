@@ -112,7 +112,8 @@ def sft_samples(tokenizer, config, pairs: list[Pair], kinds=("e2e", "infill")) -
         for kind in kinds:
             prompt = prompt_ids(tokenizer, pair, kind)
             if prompt is None:
-                skipped["infill: no prefix/core/suffix split"] = skipped.get("infill: no prefix/core/suffix split", 0) + 1
+                reason = "infill: no prefix/core/suffix split"
+                skipped[reason] = skipped.get(reason, 0) + 1
                 continue
             samples.append(Sample(tuple(prompt), answer, kind, index))
     return samples, skipped

@@ -118,7 +118,8 @@ def rl_step(run: Run, config: RLConfig, pairs, prompts, tasks: list[int], option
               "correct": distributed.all_sum(sum(o.correct for o in outcomes), run.world, run.device)
               / max(1, distributed.all_sum(len(outcomes), run.world, run.device)),
               "kept_groups": distributed.all_sum(kept_groups, run.world, run.device),
-              "tokens_generated": sum(len(g.token_ids) for g in generations)}
+              "tokens_generated": int(distributed.all_sum(sum(len(g.token_ids) for g in generations), run.world,
+                                                          run.device))}
     statuses: dict[str, int] = {}
     for o in outcomes:
         statuses[o.status] = statuses.get(o.status, 0) + 1
@@ -144,6 +145,7 @@ def rl_step(run: Run, config: RLConfig, pairs, prompts, tasks: list[int], option
         clipped += stats["clipped"]
         trained += int(chosen.sum())
     record.update(run.optimizer_step())
-    record.update(loss=distributed.all_sum(loss_sum, run.world, run.device), kl=kl / max(1, samples),
-                  trained_tokens=trained, updated=True)
+    record.update(loss=distributed.all_sum(loss_sum, run.world, run.device),
+                  kl=distributed.all_sum(kl, run.world, run.device) / max(1, samples),
+                  trained_tokens=int(distributed.all_sum(trained, run.world, run.device)), updated=True)
     return record

@@ -149,8 +149,10 @@ def sft_step(run: Run, samples: list[Sample], chosen: list[int], epoch: int, bud
         loss_sum += float(loss.detach()) / run.world.size
         masked += ce.numel()
     record = run.optimizer_step()
-    record.update(loss=all_sum(loss_sum, run.world, run.device), masked_tokens=masked, answer_tokens=total_answer,
-                  rows=len(rows))
+    # Every count is over all ranks, so one process and many log the same record for the same global batch.
+    record.update(loss=all_sum(loss_sum, run.world, run.device), answer_tokens=total_answer,
+                  masked_tokens=int(all_sum(masked, run.world, run.device)),
+                  rows=int(all_sum(len(rows), run.world, run.device)))
     return record
 
 
