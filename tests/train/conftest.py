@@ -2,15 +2,21 @@
 cutoff that keeps each toy sample's whole prompt plus a short answer (the served prompts are long).
 
 The tiny checkpoint is the session's shared `tiny_model_dir` (tests/conftest.py); training only reads it.
+`sft_command` and `cli_env` run `dice-lsp train sft` as a user does, in one process or several under torchrun.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OPS = {"add": "a + b", "mul": "a * b", "sub": "a - b", "max": "fmaxf(a, b)"}
 
@@ -168,3 +174,27 @@ class CppPair:
 @pytest.fixture(scope="session")
 def cpp_pair() -> CppPair:
     return CppPair()
+
+
+@pytest.fixture(scope="session")
+def cli_env():
+    """The environment of a `dice-lsp` subprocess: this checkout importable, one OpenMP thread per process."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="session")
+def sft_command(tiny_model_dir, toy_jsonl, toy_cutoff):
+    """sft_command(out, steps, *options, processes=1, batch_size=2): the command line of `dice-lsp train sft` on
+    the toy set's end-to-end samples, under torchrun (gloo on CPU) when `processes` > 1."""
+
+    def command(out, steps, *options, processes=1, batch_size=2):
+        launcher = [sys.executable, "-m"]
+        if processes > 1:
+            launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                        str(processes), "-m"]
+        return [*launcher, "dice_lsp", "train", "sft", "--model", str(tiny_model_dir), "--data", str(toy_jsonl),
+                "--out", str(out), "--lr", "2e-3", "--batch-size", str(batch_size), "--epochs", "100",
+                "--max-steps", str(steps), "--cutoff", str(toy_cutoff("e2e")), "--kinds", "e2e", "--save-every", "2",
+                "--schedule", "constant", "--no-progress", *options]
+
+    return command

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,15 +15,6 @@ from engine.checkpoint import load
 from engine.decode import generate
 from engine.train.run import RunConfig
 from engine.train.sft import SFTConfig, train
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def sft_command(model, data, out, steps, cutoff, batch_size=2, launcher=(sys.executable, "-m")):
-    """`dice-lsp train sft` on the toy set; `launcher` runs it (python -m, or torchrun ... -m)."""
-    return [*launcher, "dice_lsp", "train", "sft", "--model", str(model), "--data", str(data), "--out", str(out),
-            "--lr", "2e-3", "--batch-size", str(batch_size), "--epochs", "100", "--max-steps", str(steps),
-            "--cutoff", str(cutoff), "--kinds", "e2e", "--save-every", "2", "--schedule", "constant", "--no-progress"]
 
 
 def test_loss_falls_and_the_result_loads_and_generates(tiny_model_dir, toy_jsonl, toy_cutoff, tmp_path):
@@ -43,15 +32,14 @@ def test_loss_falls_and_the_result_loads_and_generates(tiny_model_dir, toy_jsonl
     assert len(out[0].token_ids) >= 1
 
 
-def test_killed_run_resumes_to_the_same_weights(tiny_model_dir, toy_jsonl, toy_cutoff, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    steps, cutoff = 14, toy_cutoff("e2e")
-    straight = subprocess.run(sft_command(tiny_model_dir, toy_jsonl, tmp_path / "straight", steps, cutoff), env=env,
+def test_killed_run_resumes_to_the_same_weights(sft_command, cli_env, tmp_path):
+    env, steps = cli_env, 10
+    straight = subprocess.run(sft_command(tmp_path / "straight", steps), env=env,
                               capture_output=True, text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]
 
     killed_out = tmp_path / "killed"
-    process = subprocess.Popen(sft_command(tiny_model_dir, toy_jsonl, killed_out, steps, cutoff), env=env,
+    process = subprocess.Popen(sft_command(killed_out, steps), env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while time.time() < deadline and not (killed_out / "latest").exists():
@@ -60,7 +48,7 @@ def test_killed_run_resumes_to_the_same_weights(tiny_model_dir, toy_jsonl, toy_c
     process.wait()
     assert (killed_out / "latest").exists() and not (killed_out / "final").exists(), "the run ended before the kill"
 
-    resumed = subprocess.run(sft_command(tiny_model_dir, toy_jsonl, killed_out, steps, cutoff), env=env,
+    resumed = subprocess.run(sft_command(killed_out, steps), env=env,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert '"resumed_from": ' in resumed.stdout and '"resumed_from": null' not in resumed.stdout
