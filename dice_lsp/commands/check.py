@@ -17,17 +17,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("reference", type=Path, help="the problem file (Model, get_inputs), or a solution file")
     parser.add_argument("solution", type=Path, nargs="?", help="the solution file (ModelNew)")
     parser.add_argument("--json", action="store_true", help="print the Report as JSON")
-    parser.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
-    parser.add_argument("--timing-trials", type=int, default=100, help="timed trials per side (default 100)")
-    parser.add_argument("--tolerance", type=float, default=1e-2, help="atol = rtol for allclose (default 1e-2)")
-    parser.add_argument("--baseline", choices=("eager", "compile", "both", "none"), default="both",
-                        help="which references to time (default both)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls, on both sides")
-    parser.add_argument("--build-timeout", type=float, default=600.0, help="seconds (default 600)")
-    parser.add_argument("--run-timeout", type=float, default=120.0, help="seconds per run stage (default 120)")
-    parser.add_argument("--plain-build", action="store_true", help="build with load_inline only, no light build")
+    add_check_options(parser)
     parser.set_defaults(run=run)
+
+
+def add_check_options(group, baseline: str = "both",
+                      baseline_help: str = "which references to time (default both)") -> None:
+    """The harness's flags, shared by every command that checks kernels (check, eval)."""
+    group.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
+    group.add_argument("--timing-trials", type=int, default=100, help="timed trials per side (default 100)")
+    group.add_argument("--tolerance", type=float, default=1e-2, help="atol = rtol for allclose (default 1e-2)")
+    group.add_argument("--baseline", choices=("eager", "compile", "both", "none"), default=baseline,
+                       help=baseline_help)
+    group.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    group.add_argument("--tf32", action="store_true", help="allow TF32 matmuls, on both sides")
+    group.add_argument("--build-timeout", type=float, default=600.0, help="seconds (default 600)")
+    group.add_argument("--run-timeout", type=float, default=120.0, help="seconds per run stage (default 120)")
+    group.add_argument("--plain-build", action="store_true", help="build with load_inline only, no light build")
+
+
+def options_from(args: argparse.Namespace):
+    """harness.Options from the flags `add_check_options` added."""
+    from harness.options import Options
+
+    return Options(
+        correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance, rtol=args.tolerance,
+        baseline=args.baseline, device=args.device, tf32=args.tf32, build_timeout=args.build_timeout,
+        run_timeout=args.run_timeout, light_build=not args.plain_build)
 
 
 def locate(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -56,10 +72,7 @@ def run(args: argparse.Namespace) -> int:
     import harness
 
     reference, solution = locate(args)
-    options = harness.Options(
-        correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance, rtol=args.tolerance,
-        baseline=args.baseline, device=args.device, tf32=args.tf32, build_timeout=args.build_timeout,
-        run_timeout=args.run_timeout, light_build=not args.plain_build)
+    options = options_from(args)
     report = harness.check(read_source(reference), read_source(solution), options)
     print(report.to_json() if args.json else render(report, solution))
     return 0 if report.status in ("correct", "built-not-run") else 1

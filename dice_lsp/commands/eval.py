@@ -9,6 +9,8 @@ import argparse
 import re
 from pathlib import Path
 
+from dice_lsp.commands.check import add_check_options, options_from
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -25,16 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch", type=int, default=16, help="samples built in parallel, then checked (default 16)")
     parser.add_argument("--workers", type=int, help="parallel builds (default: one per core)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    check = parser.add_argument_group("checking (as dice-lsp check)")
-    check.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
-    check.add_argument("--timing-trials", type=int, default=100, help="timed trials per side (default 100)")
-    check.add_argument("--tolerance", type=float, default=1e-2, help="atol = rtol for allclose (default 1e-2)")
-    check.add_argument("--baseline", choices=("eager", "compile", "both", "none"), default="eager",
-                       help="references to time; fast_p uses torch.compile only with 'compile' (default eager)")
-    check.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (checking and generation)")
-    check.add_argument("--tf32", action="store_true", help="allow TF32 matmuls, on both sides")
-    check.add_argument("--build-timeout", type=float, default=600.0, help="seconds (default 600)")
-    check.add_argument("--run-timeout", type=float, default=120.0, help="seconds per run stage (default 120)")
+    add_check_options(parser.add_argument_group("checking (as dice-lsp check; --device also for generation)"),
+                      baseline="eager",
+                      baseline_help="references to time; fast_p uses torch.compile only with 'compile' (default eager)")
     decode = parser.add_argument_group("generation")
     decode.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     decode.add_argument("--steps", type=int, default=4, help="denoising passes per block (default 4)")
@@ -47,7 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from harness.options import Options
 
     from dice_lsp.cli import CommandError
     from dice_lsp.evaluation import EvaluationError, Generator, Plan, SolutionFiles, evaluate, find_problems
@@ -63,9 +57,7 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
     try:
         problems = find_problems(args.problems, parse_levels(args.levels))
-        options = Options(correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance,
-                          rtol=args.tolerance, baseline=args.baseline, device=args.device, tf32=args.tf32,
-                          build_timeout=args.build_timeout, run_timeout=args.run_timeout)
+        options = options_from(args)
         if args.solutions is not None:
             source = SolutionFiles(args.solutions)
             samples = args.samples or source.count(problems)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from engine.train import distributed
 from engine.prompts import extract_code
 from engine.train.data import easy_to_hard, prompt_ids, read_pairs

@@ -141,6 +141,7 @@ def test_cli_check_json(files, options, cache_root, tmp_path, monkeypatch, capsy
     reference.write_text(files.text("add_reference.py"))
     (tmp_path / "problem_dice.py").write_text(files.solution("return self.ext.add_values(a, b)"))
     monkeypatch.setenv("DICE_LSP_CACHE", str(cache_root))
+    check(files, "return self.ext.add_values(a, b)", options)  # built (or found) in the session's cache
     code = main(["check", str(reference), "--json", "--baseline", "eager", "--timing-trials", "10",
                  "--device", "cpu"])
     report = Report.from_json(json.loads(capsys.readouterr().out))
