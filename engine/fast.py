@@ -49,6 +49,11 @@ def fuse_projections(model: SDARModel) -> None:
     """Put each layer's q/k/v weights, and its gate/up weights, into one tensor, the parameters becoming views of it
     (no extra memory). Inference then runs one wide matmul instead of several narrow ones, which a GPU streams
     much closer to its bandwidth at small batch. Training (grad enabled) still uses the separate parameters."""
+    with torch.inference_mode(False):  # parameters cannot be made of inference tensors, whoever calls this
+        _fuse(model)
+
+
+def _fuse(model: SDARModel) -> None:
     for layer in model.model.layers:
         for owner, names, attribute in ((layer.self_attn, ("q_proj", "k_proj", "v_proj"), "qkv_weight"),
                                         (layer.mlp, ("gate_proj", "up_proj"), "gate_up_weight")):

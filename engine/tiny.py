@@ -11,6 +11,7 @@ import torch
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from engine import prompts
 from engine.checkpoint import save
 from engine.config import ModelConfig
 from engine.model import SDARModel
@@ -27,72 +28,6 @@ CHAT_TEMPLATE = (
 )
 
 CORPUS = r'''
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-
-class Model(nn.Module):
-    """Adds two tensors elementwise."""
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return a + b
-
-
-def get_inputs():
-    a = torch.randn(4096, 4096)
-    b = torch.randn(4096, 4096)
-    return [a, b]
-
-
-def get_init_inputs():
-    return []
-
-
-elementwise_add_source = """
-#include <torch/extension.h>
-#include <cuda_runtime.h>
-
-__global__ void elementwise_add_kernel(const float* a, const float* b, float* out, int size) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < size) {
-        out[idx] = a[idx] + b[idx];
-    }
-}
-
-torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b) {
-    auto size = a.numel();
-    auto out = torch::zeros_like(a);
-    const int block_size = 256;
-    const int num_blocks = (size + block_size - 1) / block_size;
-    elementwise_add_kernel<<<num_blocks, block_size>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), size);
-    return out;
-}
-"""
-
-elementwise_add_cpp_source = "torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b);"
-
-elementwise_add = load_inline(
-    name="elementwise_add",
-    cpp_sources=elementwise_add_cpp_source,
-    cuda_sources=elementwise_add_source,
-    functions=["elementwise_add_cuda"],
-    verbose=False,
-)
-
-
-class ModelNew(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.elementwise_add = elementwise_add
-
-    def forward(self, a, b):
-        return self.elementwise_add.elementwise_add_cuda(a, b)
-
-
 __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += blockDim.x * gridDim.x) {
@@ -144,7 +79,8 @@ def train_tokenizer(vocab_size: int = 512) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    inner.train_from_iterator([CORPUS] * 4, trainer=trainer)
+    # The one-shot example is in every end-to-end prompt, so the tokenizer learns it too.
+    inner.train_from_iterator([CORPUS, prompts.EXAMPLE_REFERENCE, prompts.EXAMPLE_SOLUTION] * 4, trainer=trainer)
     settings = {
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",

@@ -20,7 +20,10 @@ def tiny(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def prompt(tiny):
-    return tiny.tokenizer.encode("<|im_start|>user\nWrite a relu kernel<|im_end|>\n<|im_start|>assistant\n")
+    ids = tiny.tokenizer.encode("<|im_start|>user\nWrite a relu kernel<|im_end|>\n<|im_start|>assistant\n")
+    # A length of 2 mod 4, whatever the tokenizer: the first generated block (of 4 or 8) also holds the prompt's
+    # tail, and 30 new tokens end on a block boundary.
+    return ids[(len(ids) - 2) % 4:]
 
 
 def naive_decode(model, prompt, block_size, steps, max_new, threshold=None):
