@@ -9,9 +9,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
 
-python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="--import-mode=importlib -ra" ${1:+-k "$1"} tests \
-    2>&1 | tee "$out/gpu_tests.log"
-if [ -z "${SKIP_BENCH:-}" ]; then
-    timeout 240 python3 benchmarks/build.py --no-plain --repeats 5 2>&1 | tee "$out/build_bench.log"
+timeout "${TEST_LIMIT:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="--import-mode=importlib -ra" \
+    ${1:+-k "$1"} tests 2>&1 | tee "$out/gpu_tests.log"
+if [ -z "${SKIP_DECODE:-}" ]; then
+    timeout "${DECODE_LIMIT:-150}" python3 benchmarks/decode.py 2>&1 | tee "$out/decode_bench.log"
+fi
+if [ -z "${SKIP_BUILD:-}" ]; then
+    timeout "${BUILD_LIMIT:-240}" python3 benchmarks/build.py --no-plain --repeats 5 2>&1 | tee "$out/build_bench.log"
 fi
 cp benchmarks/RESULTS.md "$out/RESULTS.md"
