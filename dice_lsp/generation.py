@@ -66,7 +66,7 @@ def _child(connection, cancel_event) -> None:
 
 def _run(job: GenerationJob, loaded: dict, connection, cancel_event) -> list[str]:
     import engine
-    from engine.checkpoint import load
+    from engine.checkpoint import choose, load
 
     from dice_lsp.settings import Decoding
 
@@ -74,7 +74,7 @@ def _run(job: GenerationJob, loaded: dict, connection, cancel_event) -> list[str
     if key not in loaded:
         loaded.clear()  # one model at a time: free the old one first
         connection.send(("progress", {"message": f"loading model {job.model or '(bundled default)'}"}))
-        loaded[key] = load(job.model or None, device=job.device, dtype=job.dtype)
+        loaded[key] = load(choose(job.model), device=job.device, dtype=job.dtype)
 
     def on_block(event) -> None:
         connection.send(("progress", {"blocks": event.blocks, "tokens": max(event.tokens, default=0),

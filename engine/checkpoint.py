@@ -53,6 +53,19 @@ def default_model() -> Path | None:
     return BUNDLED if (BUNDLED / "config.json").is_file() else None
 
 
+def choose(model_ref: str | None) -> str:
+    """The model to load: `model_ref`, else the bundled default model, else an EngineError saying how to get one."""
+    if model_ref:
+        return model_ref
+    bundled = default_model()
+    if bundled is not None:
+        return str(bundled)
+    raise EngineError(
+        "no model: this install has no bundled model yet. Set dice.model (or pass --model) to a DICE/SDAR checkpoint "
+        "directory or a hub id already in the local Hugging Face cache; to get one, run `huggingface-cli download "
+        "DeadlyKitt3n/DICE-1.7B` on a machine with internet and point dice.model at it")
+
+
 def resolve(model_ref: str) -> Path:
     """The checkpoint directory for a local path or a hub id (`owner/name`) in the local HF cache."""
     path = Path(model_ref).expanduser()

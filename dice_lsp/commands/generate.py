@@ -41,19 +41,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dice_lsp.cli import CommandError
     from engine import EngineError, generate_kernel, load
-    from engine.checkpoint import default_model
+    from engine.checkpoint import choose
 
     text = _read(args.file)
     skeleton, reference = (text, _reference_for(args, text)) if args.infill else (None, text)
     if args.samples < 1:
         raise CommandError("--samples must be at least 1")
-    model_ref = args.model or (str(default_model()) if default_model() else "")
-    if not model_ref:
-        raise CommandError(
-            "no model: this install has no bundled model yet. Pass --model DIR (a DICE/SDAR checkpoint directory) "
-            "or a hub id already in the local HF cache; to get one, run `huggingface-cli download "
-            "DeadlyKitt3n/DICE-1.7B` on a machine with internet and point --model (or dice.model) at it"
-        )
+    try:
+        model_ref = choose(args.model)
+    except EngineError as error:
+        raise CommandError(str(error)) from None
     decoding = replace(Decoding(), block_size=args.block_size, steps=args.steps, strategy=args.strategy,
                        threshold=args.threshold, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                        max_new_tokens=args.max_new_tokens)

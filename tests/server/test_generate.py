@@ -76,3 +76,13 @@ async def test_missing_model_is_one_actionable_message(client: LanguageClient, t
     messages = [m.message for m in client.messages if "no-such-model" in m.message]
     assert len(messages) == 1, client.messages
     assert client.applied_edits == []
+
+
+@pytest.mark.asyncio
+async def test_no_model_configured_says_how_to_get_one(client: LanguageClient, tmp_path):
+    configure(client, model="")
+    uri, _ = await open_problem(client, tmp_path)
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="dice.server.generate", arguments=[uri]))
+    assert result["ok"] is False and "huggingface-cli download DeadlyKitt3n/DICE-1.7B" in result["message"]
+    assert any("dice.model" in m.message for m in client.messages)
