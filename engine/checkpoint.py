@@ -229,7 +229,9 @@ def save(model: SDARModel, tokenizer: Tokenizer | Loaded, out_dir, max_shard_byt
         hf = config.to_hf()
         hf["torch_dtype"] = {v: k for k, v in DTYPES.items()}.get(saved_dtype, config.torch_dtype)
         (temp / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
-        generation = {"eos_token_id": list(config.stop_token_ids), "mask_token_id": config.mask_token_id}
+        generation = {"eos_token_id": list(config.stop_token_ids)}
+        if not config.causal:
+            generation["mask_token_id"] = config.mask_token_id
         (temp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         _write_weights(state, temp, max_shard_bytes)
         tokenizer.save(temp)
