@@ -1,4 +1,5 @@
-"""Block-diffusion decoding as SDAR does it, in one function (`generate`) to check against the paper.
+"""Block-diffusion decoding as SDAR does it, in one function (`generate`) to check against the paper; a plain causal
+LM (config.causal) goes to `generate_causal` beside it: block size 1, one step, shifted logits.
 
 How a block's tokens are run through the model is a runner's job: `CacheRunner` here, `fast.GraphRunner` beside it.
 """
@@ -44,6 +45,9 @@ def resolve(settings, config: ModelConfig, **overrides) -> DecodeSettings:
     values["stop_token_ids"] = tuple(int(i) for i in values["stop_token_ids"])
     s = DecodeSettings(**values)
     problems = []
+    if config.causal and s.block_size != 1:
+        problems.append(f"this checkpoint is a causal LM, which decodes one token at a time: block_size must be 1 "
+                        f"(or unset), not {s.block_size}")
     if s.strategy not in ("static", "dynamic"):
         problems.append(f"strategy must be static or dynamic, not {s.strategy!r}")
     if s.block_size < 1 or s.steps < 1 or s.max_new_tokens < 1:
@@ -113,13 +117,19 @@ class CacheRunner:
 
     def denoise(self, block, positions, start):
         """Logits of the block, attending to the cache and to the whole block; the cache is unchanged."""
-        mask = self.valid[:, None, None, : start + block.shape[1]].expand(-1, 1, block.shape[1], -1)
-        return self.model.lm_head(self._run(block, positions, mask, write=False))
+        return self.model.lm_head(self._run(block, positions, self._visible(block, start), write=False))
 
     def commit(self, block, positions, start):
         """Write the K/V of the block's final tokens into the cache."""
-        mask = self.valid[:, None, None, : start + block.shape[1]].expand(-1, 1, block.shape[1], -1)
-        self._run(block, positions, mask, write=True)
+        self._run(block, positions, self._visible(block, start), write=True)
+
+    def extend(self, block, positions, start):
+        """`commit`, returning the block's logits too: a causal LM's step, whose final token predicts the next."""
+        return self.model.lm_head(self._run(block, positions, self._visible(block, start), write=True))
+
+    def _visible(self, block, start):
+        # Every valid key before the block's end: earlier blocks (final K/V) and the block itself (bidirectionally).
+        return self.valid[:, None, None, : start + block.shape[1]].expand(-1, 1, block.shape[1], -1)
 
     def _run(self, tokens, positions, mask, write):
         self.cache.write = write
@@ -139,6 +149,7 @@ def generate(
     **overrides,
 ) -> list[Generation]:
     """Decode a batch of prompts by block diffusion (REFERENCE.md section 2); one Generation per prompt.
+    A causal LM (model.config.causal) is decoded autoregressively by `generate_causal` instead.
 
     settings: DecodeSettings, dice_lsp.settings.Decoding or None; keyword overrides win (e.g. seed=0).
     """
@@ -147,6 +158,8 @@ def generate(
         return []
     if any(len(p) == 0 for p in prompt_ids):
         raise EngineError("cannot decode from an empty prompt")
+    if model.config.causal:
+        return generate_causal(model, prompt_ids, s, on_block, cancel, tokenizer=tokenizer, runner=runner)
     began = time.perf_counter()
     runner = runner or CacheRunner(model)
     device = model.lm_head.weight.device
@@ -205,33 +218,101 @@ def generate(
         runner.commit(block, where, lo)  # the cache only ever holds K/V of final tokens
         forwards += 1
 
-        # Stop check, once per block: keep the stop token, drop what follows.
-        committed = block.tolist()
-        for r in range(B):
-            if done[r] is not None:
-                continue
-            for j, token in enumerate(committed[r]):
-                made = lo + j - start[r] + 1  # tokens generated up to and including this one
-                if made < 1:
-                    continue
-                if token in stops:
-                    done[r] = (made, "stop")
-                    break
-                if made >= s.max_new_tokens:
-                    done[r] = (made, "length")
-                    break
+        _check_stops(done, block.tolist(), lo, start, stops, s.max_new_tokens)  # once per block
         if on_block is not None:
             on_block(_progress(blocks, lo, hi, start, done, tokens, tokenizer, began))
         if all(d is not None for d in done):
             break
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return _generations(prompt_ids, tokens, trace, start, done, origin + blocks * bs, step, forwards, tokenizer, began)
+
+
+def generate_causal(
+    model: SDARModel,
+    prompt_ids: list[list[int]],
+    s: DecodeSettings,
+    on_block: Callable[[Progress], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    *,
+    tokenizer=None,
+    runner=None,
+) -> list[Generation]:
+    """Plain autoregressive decoding of a causal LM (e.g. HF Qwen3ForCausalLM): SDAR's block size 1 with one step,
+    except that the logits are shifted, so the last final token's pass predicts the next token.
+
+    Each step runs the newest token of every row once: that pass writes its K/V (it is final) and gives the logits
+    of the token after it, which is sampled (`sample`) and committed. A token's trace is its step, and each token
+    counts as a block for `on_block`. Called by `generate`; on_block, cancel, stops, batching and results as there.
+    The GPU GraphRunner is SDAR-only for now: any other runner is replaced here by the plain CacheRunner.
+    """
+    began = time.perf_counter()
+    runner = runner if isinstance(runner, CacheRunner) else CacheRunner(model)
+    device = model.lm_head.weight.device
+    B, stops = len(prompt_ids), set(s.stop_token_ids)
+
+    # Layout: prompts right-aligned (left-padded) so that they all end at physical index `origin`; pads are never
+    # attended to; positions (for RoPE) restart at each prompt.
+    origin = max(len(p) for p in prompt_ids)
+    total = origin + s.max_new_tokens
+    start = [origin] * B  # physical index of each row's first new token
+    shift = [origin - len(p) for p in prompt_ids]
+    tokens = torch.full((B, total), model.config.eos_token_id, dtype=torch.long, device=device)
+    valid = torch.ones((B, total), dtype=torch.bool, device=device)
+    for row, prompt in enumerate(prompt_ids):
+        valid[row, : shift[row]] = False
+        tokens[row, shift[row] : origin] = torch.tensor(prompt, device=device)
+    positions = (torch.arange(total, device=device)[None] - torch.tensor(shift, device=device)[:, None]).clamp(min=0)
+    trace = torch.full((B, total), -1, dtype=torch.long, device=device)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(s.seed) if s.seed is not None else generator.seed()
+
+    # The prompt but its last token is prefilled; the last token's pass, the first step, predicts the first new one.
+    runner.prefill(tokens[:, : origin - 1], positions[:, : origin - 1], valid, 1)
+    forwards = 1 if origin > 1 else 0
+    done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
+    steps = 0
+    while not all(d is not None for d in done):  # max_new_tokens stops every row, at the latest
+        if cancel is not None and cancel():
+            break
+        i = origin + steps  # the token this step commits; the pass runs the one before it
+        logits = runner.extend(tokens[:, i - 1 : i], positions[:, i - 1 : i], i - 1)
+        forwards += 1
+        sampled, _ = sample(logits, s, generator)
+        tokens[:, i : i + 1] = sampled
+        trace[:, i] = steps
+        steps += 1
+        _check_stops(done, sampled.tolist(), i, start, stops, s.max_new_tokens)
+        if on_block is not None:
+            on_block(_progress(steps, i, i + 1, start, done, tokens, tokenizer, began))
+    return _generations(prompt_ids, tokens, trace, start, done, origin + steps, steps, forwards, tokenizer, began)
+
+
+def _check_stops(done, committed: list[list[int]], lo: int, start: list[int], stops: set[int], max_new: int) -> None:
+    """Mark the rows that stopped within the tokens just committed at physical indices lo, lo + 1, ...: at a stop
+    token (kept; what follows is dropped) or at max_new generated tokens."""
+    for r, row in enumerate(committed):
+        if done[r] is not None:
+            continue
+        for j, token in enumerate(row):
+            made = lo + j - start[r] + 1  # tokens generated up to and including this one
+            if made < 1:
+                continue
+            if token in stops:
+                done[r] = (made, "stop")
+                break
+            if made >= max_new:
+                done[r] = (made, "length")
+                break
+
+
+def _generations(prompt_ids, tokens, trace, start, done, end_of_decoding, steps, forwards, tokenizer, began):
+    """One Generation per row; a row that never stopped was cancelled at `end_of_decoding` (a physical index)."""
+    if tokens.device.type == "cuda":
+        torch.cuda.synchronize(tokens.device)
     seconds = time.perf_counter() - began
-    end_of_decoding = origin + blocks * bs
     rows, traces = tokens.tolist(), trace.tolist()
     out = []
-    for r in range(B):
+    for r in range(len(prompt_ids)):
         made, reason = done[r] if done[r] is not None else (max(0, end_of_decoding - start[r]), "cancelled")
         ids = tuple(rows[r][start[r] : start[r] + made])
         out.append(
@@ -241,7 +322,7 @@ def generate(
                 stop_reason=reason,
                 text=tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else "",
                 prompt_tokens=len(prompt_ids[r]),
-                steps=step,
+                steps=steps,
                 forwards=forwards,
                 seconds=seconds,
             )
