@@ -1,4 +1,5 @@
 """Decoding speed of the engine on a random model of DICE-1.7B's shape, against HF transformers' generate().
+The HF model (a Qwen3ForCausalLM with the same weights) is also saved and decoded by the engine's causal path.
 
 Prints a table and appends a dated section to benchmarks/RESULTS.md. Needs a CUDA GPU (about 20 GB free).
 """
@@ -10,6 +11,7 @@ import datetime
 import platform
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,7 +118,8 @@ def decode_speed(model, runner, batch, prompt_len, new_tokens, **settings) -> di
             "forwards": out[0].forwards}
 
 
-def hf_speed(model, batch, prompt_len, new_tokens) -> dict[str, float]:
+def hf_model(model):
+    """HF's Qwen3ForCausalLM holding the very same weights as `model` (the parameter names are the same)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     c = model.config
@@ -128,8 +131,13 @@ def hf_speed(model, batch, prompt_len, new_tokens) -> dict[str, float]:
     with device:
         hf = Qwen3ForCausalLM(hf_config).to(model.lm_head.weight.dtype)
     hf.load_state_dict(model.state_dict())  # same names: the very same weights
-    hf.eval()
-    prompt = torch.randint(0, c.vocab_size, (1, prompt_len), device=device).expand(batch, -1)
+    return hf.eval()
+
+
+def hf_speed(hf, batch, prompt_len, new_tokens, seed=0) -> dict[str, float]:
+    device = hf.lm_head.weight.device
+    prompt = torch.randint(0, hf.config.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
+    prompt = prompt.to(device).expand(batch, -1)
     args = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
     with torch.inference_mode():
         hf.generate(prompt, **dict(args, max_new_tokens=4, min_new_tokens=4))
@@ -140,7 +148,30 @@ def hf_speed(model, batch, prompt_len, new_tokens) -> dict[str, float]:
     assert out.shape[1] == prompt_len + new_tokens, out.shape
     seconds = time.perf_counter() - began
     return {"seconds": seconds, "forwards/s": new_tokens / seconds, "tokens/s": batch * new_tokens / seconds,
-            "forwards": new_tokens}
+            "forwards": new_tokens, "tokens": out[0, prompt_len:].tolist()}
+
+
+def causal_speed(hf, prompt_len, new_tokens, seed=0) -> dict[str, float]:
+    """The HF model saved by save_pretrained, loaded by the engine as a causal LM and decoded greedily at batch 1
+    (plain runner: the CUDA-graph runner is SDAR-only), on the prompt hf_speed uses with the same seed."""
+    from engine.checkpoint import load
+    from engine.tiny import train_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="qwen3-") as directory:
+        hf.save_pretrained(directory)
+        train_tokenizer().save(Path(directory))  # load needs a tokenizer; decoding here never uses it
+        dtype = {torch.bfloat16: "bfloat16", torch.float32: "float32"}[hf.lm_head.weight.dtype]
+        loaded = load(directory, device=str(hf.lm_head.weight.device), dtype=dtype)
+    assert loaded.config.causal
+    prompt = torch.randint(0, hf.config.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
+    args = dict(max_new_tokens=new_tokens, stop_token_ids=(), temperature=0)
+    generate(loaded.model, prompt.tolist(), None, **dict(args, max_new_tokens=4))
+    sync()
+    began = time.perf_counter()
+    (out,) = generate(loaded.model, prompt.tolist(), None, **args)
+    seconds = time.perf_counter() - began
+    return {"seconds": seconds, "forwards/s": out.forwards / seconds, "tokens/s": len(out.token_ids) / seconds,
+            "forwards": out.forwards, "tokens": list(out.token_ids)}
 
 
 def main() -> int:
@@ -192,12 +223,19 @@ def main() -> int:
         "dynamic (tau 0.9, top_k 1)": dict(strategy="dynamic", steps=4, threshold=0.9, top_k=1, temperature=1.0),
     }
     speeds = []
+    hf = None if args.no_hf else hf_model(model)
     for batch in (1, 4) if args.smoke else (1, 64):
         for name, kw in settings.items():
             r = decode_speed(model, runner, batch, args.prompt, args.new, **kw)
             speeds.append((f"dice-lsp b={batch} {name}", r))
-        if not args.no_hf:
-            speeds.append((f"HF generate() b={batch} greedy", hf_speed(model, batch, args.prompt, args.hf_new)))
+        if hf is not None:
+            speeds.append((f"HF generate() b={batch} greedy", hf_speed(hf, batch, args.prompt, args.hf_new)))
+            if batch == 1:
+                causal = causal_speed(hf, args.prompt, args.hf_new)
+                same = next((i for i, (a, b) in enumerate(zip(causal["tokens"], speeds[-1][1]["tokens"])) if a != b),
+                            args.hf_new)
+                speeds.append((f"dice-lsp b=1 causal path on the HF-saved Qwen3, greedy "
+                               f"(first {same} of {args.hf_new} tokens as HF's)", causal))
     print(f"total benchmark time {time.perf_counter() - began:.1f} s, graphs captured {runner.captures}")
     compiled = f"{runner.compile_seconds:.0f} s" if runner.compile_seconds is not None else "not compiled"
 
