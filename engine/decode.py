@@ -242,7 +242,8 @@ def generate_causal(
 
     Each step runs the newest token of every row once: that pass writes its K/V (it is final) and gives the logits
     of the token after it, which is sampled (`sample`) and committed. A token's trace is its step, and each token
-    counts as a block for `on_block`. Called by `generate`; on_block, cancel, stops, batching and results as there.
+    counts as a block for `on_block`. Called by `generate`; on_block, cancel, stops, batching and results as there;
+    steps, strategy and threshold (diffusion settings) do not apply.
     The GPU GraphRunner is SDAR-only for now: any other runner is replaced here by the plain CacheRunner.
     """
     began = time.perf_counter()
