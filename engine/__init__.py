@@ -57,8 +57,8 @@ def generate_kernel(
 
 
 def _runner(loaded: Loaded):
-    """One GraphRunner per loaded model on a GPU (graphs and cache are reused); the plain runner on a CPU."""
-    if loaded.device.type != "cuda":
+    """One GraphRunner per loaded SDAR model on a GPU (graphs and cache are reused); else the plain runner."""
+    if loaded.device.type != "cuda" or loaded.config.causal:  # the graph runner decodes blocks, not causal LMs
         return None
     if loaded.runner is None:
         from engine.fast import GraphRunner

@@ -196,7 +196,8 @@ class SDARModel(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def forward(self, input_ids, position_ids=None, attention_mask=None, cache: KVCache | None = None):
-        """Logits [B, L, V]; the logit at position i predicts the token at position i (no shift).
+        """Logits [B, L, V]. SDAR: the logit at position i predicts the token at position i (no shift); a plain
+        causal Qwen3 (config.causal): the logit at i predicts the token at i + 1.
 
         attention_mask: bool [B, 1, L, Lk] or [L, Lk], True where a query may attend to a key (Lk counts cached
         keys first). None means block-causal with config.block_size, from position 0 (or from the cache's end).
