@@ -1,5 +1,6 @@
 """`dice-lsp data curate IN OUT --min-speedup 2.0`: keep the training pairs that build, are correct, are not
-deceptive and are fast enough, checked by the harness in batch mode; prints counts and reasons."""
+deceptive and are fast enough, checked by the harness in batch mode; prints counts and reasons.
+`dice-lsp data tasks OUT --count N --seed S`: write generated tasks (correct by construction) as such pairs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     curate.add_argument("--workers", type=int, default=None, help="parallel builds (default: all cores)")
     curate.add_argument("--json", action="store_true", help="print the counts as JSON")
     curate.set_defaults(run=run_curate)
+    tasks = actions.add_parser("tasks", help="generate KernelBench tasks with solutions correct by construction")
+    tasks.add_argument("target", metavar="OUT", help="JSONL of {reference, solution, family, template, split}")
+    tasks.add_argument("--count", type=int, default=100, help="how many tasks")
+    tasks.add_argument("--seed", type=int, default=0, help="the same seed writes the same tasks")
+    tasks.add_argument("--families", nargs="+", default=None, metavar="FAMILY",
+                       help="op families (default: all): unary binary activation reduction softmax norm matmul fusion")
+    tasks.add_argument("--split", choices=("train", "heldout", "all"), default="train",
+                       help="which split to write; held-out tasks never enter training (default: train)")
+    tasks.set_defaults(run=run_tasks)
 
 
 def run_curate(args: argparse.Namespace) -> int:
@@ -37,4 +47,30 @@ def run_curate(args: argparse.Namespace) -> int:
     print(f"kept {result.kept} of {result.total} pairs -> {args.target}")
     for reason, count in sorted(result.reasons.items(), key=lambda item: -item[1]):
         print(f"  dropped {count:5d}  {reason}")
+    return 0
+
+
+def run_tasks(args: argparse.Namespace) -> int:
+    from collections import Counter
+    from pathlib import Path
+
+    from dice_lsp.cli import CommandError
+    from engine.errors import EngineError
+    from engine.train.tasks import generate
+
+    if args.count < 1:
+        raise CommandError("--count must be at least 1")
+    try:
+        tasks = generate(args.seed, args.count, args.families, args.split)
+    except EngineError as error:
+        raise CommandError(str(error)) from None
+    try:
+        with Path(args.target).open("w", encoding="utf-8") as out:
+            for task in tasks:
+                out.write(json.dumps(task.record()) + "\n")
+    except OSError as error:
+        raise CommandError(f"cannot write {args.target}: {error.strerror or error}") from None
+    print(f"wrote {len(tasks)} {args.split} tasks -> {args.target}")
+    for family, count in sorted(Counter(task.family for task in tasks).items()):
+        print(f"  {family:<11} {count:5d}")
     return 0

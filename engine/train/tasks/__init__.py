@@ -1,0 +1,81 @@
+"""KernelBench-format training tasks whose CUDA solutions are correct by construction: `generate(seed, count)`.
+
+Each task comes from a template of an op family; its split ("train" or "heldout") is a stable hash of (family,
+template, shape class), so a held-out parameter combination never appears in training, whatever the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import asdict, dataclass
+
+from engine.train.errors import TrainError
+from engine.train.tasks import elementwise, fusion, matmul, norm, reduce  # noqa: F401  (they register templates)
+from engine.train.tasks.catalog import TEMPLATES
+
+FAMILIES = ("unary", "binary", "activation", "reduction", "softmax", "norm", "matmul", "fusion")
+HELDOUT_PERCENT = 20
+SPLITS = ("train", "heldout", "all")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One generated problem and its solution, as a line of the training JSONL."""
+
+    family: str
+    template: str
+    shape_class: str
+    split: str  # "train" or "heldout"
+    reference: str
+    solution: str
+
+    def record(self) -> dict[str, str]:
+        """The JSONL line: what `dice-lsp data curate` and `train sft` read, plus where it came from."""
+        return {key: value for key, value in asdict(self).items()}
+
+
+def split_of(family: str, template: str, shape_class: str) -> str:
+    digest = hashlib.sha256(f"{family}|{template}|{shape_class}".encode()).digest()
+    return "heldout" if int.from_bytes(digest[:4], "big") % 100 < HELDOUT_PERCENT else "train"
+
+
+def templates(family: str) -> list[str]:
+    return sorted(name for fam, name in TEMPLATES if fam == family)
+
+
+def render(family: str, template: str, seed: int) -> Task:
+    """The task one template draws from `seed`; the same arguments give the same task."""
+    if (family, template) not in TEMPLATES:
+        raise TrainError(f"no template {family}/{template}; templates are "
+                         + ", ".join(f"{f}/{t}" for f, t in sorted(TEMPLATES)))
+    draft = TEMPLATES[(family, template)](random.Random(f"{family}/{template}/{seed}"))
+    return Task(family, template, draft.shape_class, split_of(family, template, draft.shape_class),
+                draft.reference, draft.solution)
+
+
+def generate(seed: int, count: int, families: list[str] | tuple[str, ...] | None = None,
+             split: str = "all") -> list[Task]:
+    """`count` distinct tasks of `split`, the families taken in turn and a template drawn for each; reproducible."""
+    chosen = tuple(families) if families else FAMILIES
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown:
+        raise TrainError(f"unknown task families {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
+    if split not in SPLITS:
+        raise TrainError(f"unknown split {split!r}; choose train, heldout or all")
+    rng = random.Random(seed)
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(tasks) < count:
+        attempts += 1
+        if attempts > 50 * count + 100:
+            raise TrainError(f"could only draw {len(tasks)} distinct {split} tasks of {', '.join(chosen)}; "
+                             "ask for fewer or allow more families")
+        family = chosen[len(tasks) % len(chosen)]
+        task = render(family, rng.choice(templates(family)), rng.getrandbits(48))
+        if split != "all" and task.split != split or task.solution in seen:
+            continue
+        seen.add(task.solution)
+        tasks.append(task)
+    return tasks

@@ -1,0 +1,142 @@
+"""The task generator: every template renders solutions the anatomy reads as honest (one DICE split, kernels, no
+warnings), references run on the CPU and repeat themselves, ModelNew holds the same parameters as Model after the
+same seed, splits hold out whole parameter combinations, and one task per family compiles with nvcc (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dice_lsp.anatomy import parse
+from engine.train.data import read_pairs
+from engine.train.errors import TrainError
+from engine.train.tasks import FAMILIES, generate, render, split_of, templates
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL = [(family, name) for family in FAMILIES for name in templates(family)]
+SEEDS = range(5)
+
+
+def _module(text: str, monkeypatch=None) -> dict:
+    """Run a file's text in a fresh namespace; with monkeypatch, load_inline returns a stand-in (no build)."""
+    if monkeypatch is not None:
+        import torch.utils.cpp_extension as cpp_extension
+
+        monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: object())
+    namespace: dict = {"__name__": "task_under_test"}
+    exec(compile(text, "<task>", "exec"), namespace)
+    return namespace
+
+
+def test_every_family_has_several_templates():
+    assert len(ALL) >= 20
+    for family in FAMILIES:
+        assert len(templates(family)) >= 2, family
+
+
+@pytest.mark.parametrize("family,name", ALL)
+def test_solutions_read_as_honest(family, name):
+    for seed in SEEDS:
+        task = render(family, name, seed)
+        anatomy = parse(task.solution, task.reference)
+        warnings = [(f.code, f.message) for f in anatomy.findings if f.severity in ("warning", "error")]
+        assert not warnings, (seed, warnings)
+        assert not anatomy.syntax_errors and len(anatomy.splits) == 1 and anatomy.kernels, seed
+        core = task.solution[anatomy.splits[0].core.start:anatomy.splits[0].core.end]
+        assert "at::cuda::getCurrentCUDAStream()" in core
+        assert "C10_CUDA_KERNEL_LAUNCH_CHECK()" in core or "cudaGetLastError()" in core
+        assert "TORCH_CHECK" in core
+        assert ", stream>>>" in core  # every launch is on the current stream
+        assert not parse(task.reference).notes, seed
+
+
+@pytest.mark.parametrize("family,name", ALL)
+def test_references_run_on_cpu_and_repeat(family, name):
+    for seed in range(2):
+        task = render(family, name, seed)
+        module = _module(task.reference)
+        outputs = []
+        for _ in range(2):
+            torch.manual_seed(7)
+            model = module["Model"](*module["get_init_inputs"]())
+            inputs = module["get_inputs"]()
+            assert all(t.device.type == "cpu" and t.dtype == torch.float32 for t in inputs)
+            with torch.no_grad():
+                outputs.append(model(*inputs))
+        assert outputs[0].dtype == torch.float32 and torch.isfinite(outputs[0]).all(), seed
+        assert torch.equal(outputs[0], outputs[1]), seed
+
+
+@pytest.mark.parametrize("family,name", ALL)
+def test_model_new_creates_the_same_parameters(family, name, monkeypatch):
+    for seed in range(3):
+        task = render(family, name, seed)
+        reference, solution = _module(task.reference), _module(task.solution, monkeypatch)
+        args = reference["get_init_inputs"]()
+        torch.manual_seed(42)
+        model = reference["Model"](*args)
+        torch.manual_seed(42)
+        model_new = solution["ModelNew"](*args)
+        ours, theirs = list(model_new.parameters()), list(model.parameters())
+        assert [p.shape for p in ours] == [p.shape for p in theirs], seed
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs)), seed
+
+
+def test_generate_is_reproducible_and_varied():
+    first, again = generate(3, 40), generate(3, 40)
+    assert first == again
+    assert first != generate(4, 40)
+    assert {t.family for t in first} == set(FAMILIES)
+    assert len({t.solution for t in first}) == 40
+    assert len({t.template for t in first}) >= 15
+
+
+def test_held_out_combinations_never_reach_training():
+    train = generate(0, 300, split="train") + generate(1, 300, split="train")
+    heldout = generate(0, 120, split="heldout")
+    assert all(t.split == "train" for t in train) and all(t.split == "heldout" for t in heldout)
+    combos = lambda tasks: {(t.family, t.template, t.shape_class) for t in tasks}  # noqa: E731
+    assert not combos(train) & combos(heldout)
+    assert {t.family for t in heldout} == set(FAMILIES)
+    assert all(t.split == split_of(t.family, t.template, t.shape_class) for t in train + heldout)
+
+
+def test_generate_refuses_unknown_families():
+    with pytest.raises(TrainError, match="unknown task families"):
+        generate(0, 3, ["convolution"])
+
+
+def test_data_tasks_writes_pairs_curate_and_sft_read(tmp_path):
+    target = tmp_path / "tasks.jsonl"
+    done = subprocess.run([sys.executable, "-m", "dice_lsp", "data", "tasks", str(target), "--count", "12",
+                           "--seed", "5", "--families", "norm", "matmul", "--split", "all"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "wrote 12 all tasks" in done.stdout
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert {line["family"] for line in lines} == {"norm", "matmul"}
+    assert all({"reference", "solution", "family", "template", "split"} <= set(line) for line in lines)
+    assert len(read_pairs(target)) == 12
+
+
+# One representative per family, chosen to cover each distinct code feature (float4, structs by value, shuffles,
+# shared-memory trees, tiles, two kernels on one stream).
+REPRESENTATIVES = [("unary", "float4"), ("activation", "grid_stride"), ("binary", "strided"),
+                   ("reduction", "warp_per_row"), ("softmax", "block_row"), ("norm", "warp_row"),
+                   ("matmul", "tiled"), ("fusion", "scale_softmax_two_kernel")]
+
+
+@pytest.mark.slow
+def test_one_task_per_family_compiles_with_nvcc():
+    from harness import Options, check_many
+
+    tasks = [render(family, name, 0) for family, name in REPRESENTATIVES]
+    reports = check_many([(t.reference, t.solution) for t in tasks], Options(device="cpu"))
+    statuses = {f"{t.family}/{t.template}": (r.status, r.message[:400]) for t, r in zip(tasks, reports)}
+    assert all(status == "built-not-run" for status, _ in statuses.values()), statuses
