@@ -57,7 +57,7 @@ class Style:
         return " __restrict__" if self.restrict else ""
 
     def includes(self, *more: str) -> str:
-        lines = ["#include <torch/extension.h>", "#include <ATen/cuda/CUDAContext.h>"]
+        lines = ["#include <torch/extension.h>", "#include <c10/cuda/CUDAStream.h>"]
         if self.launch_check == "c10":
             lines.append("#include <c10/cuda/CUDAException.h>")
         lines += [f"#include <{name}>" for name in more]

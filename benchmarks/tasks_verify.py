@@ -1,0 +1,73 @@
+"""GPU verification of the task generator (issue 9): every template, a few instances each, checked by the harness
+(build, 5 correctness trials, deception checks, eager timing); prints a table per template and appends a dated
+section with the machine's name to benchmarks/RESULTS.md.
+
+    python benchmarks/tasks_verify.py --per-template 3 [--families norm softmax] [--tol 1e-4] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def main() -> int:
+    import harness
+    from build import machine
+    from engine.train.tasks import FAMILIES, render, templates
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--per-template", type=int, default=3, help="instances of each template (seeds 0..N-1)")
+    parser.add_argument("--seed", type=int, default=0, help="first instance seed")
+    parser.add_argument("--families", nargs="*", default=list(FAMILIES))
+    parser.add_argument("--tol", type=float, default=1e-2, help="atol = rtol (1e-2 as KernelBench v0.1; 1e-4 strict)")
+    parser.add_argument("--workers", type=int, default=None, help="parallel builds (default: all cores)")
+    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    args = parser.parse_args()
+
+    tasks = [render(family, name, args.seed + i) for family in args.families for name in templates(family)
+             for i in range(args.per_template)]
+    options = harness.Options(atol=args.tol, rtol=args.tol, baseline="eager", timing_trials=50, warmup_trials=5)
+    started = time.perf_counter()
+    reports = harness.check_many([(t.reference, t.solution) for t in tasks], options, args.workers)
+    seconds = time.perf_counter() - started
+
+    rows, failures = [], []
+    for family in args.families:
+        for name in templates(family):
+            pairs = [(t, r) for t, r in zip(tasks, reports) if t.family == family and t.template == name]
+            correct = [r for _, r in pairs if r.correct and not any(f.severity == "warning" for f in r.findings)]
+            speedups = [r.speedup_eager for r in correct if r.speedup_eager]
+            median = f"{statistics.median(speedups):.2f}" if speedups else "-"
+            rows.append(f"| {family} | {name} | {len(correct)}/{len(pairs)} | {median} |")
+            failures += [f"{t.family}/{t.template} ({t.shape_class}): {r.summary()}" for t, r in pairs
+                         if r not in correct]
+    total = sum(1 for r in reports if r.correct)
+    table = ["| family | template | correct | median speedup (eager) |", "| --- | --- | --- | --- |"] + rows
+    print("\n".join(table))
+    print(f"{total} of {len(tasks)} correct (atol = rtol = {args.tol}) in {seconds:.0f} s")
+    for line in failures:
+        print("FAILED", line)
+
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    section = [f"\n## task generator verification, {stamp}, {machine()}\n",
+               f"`python benchmarks/tasks_verify.py --per-template {args.per_template} --tol {args.tol}`: "
+               f"{total} of {len(tasks)} instances correct with no run-time warning, {seconds:.0f} s in all.\n",
+               *table]
+    if failures:
+        section += ["", "Failures:", ""] + [f"- {line}" for line in failures]
+    with open(args.results, "a", encoding="utf-8") as out:
+        out.write("\n".join(section) + "\n")
+    return 0 if total == len(tasks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
