@@ -45,21 +45,27 @@ def save(client: LanguageClient, uri: str, text: str, version: int) -> None:
     client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri)))
 
 
-def headline(diagnostics):
-    return [d for d in diagnostics if d.code in ("correct", "mismatch", "crashed", "timed-out", "compile-error")]
-
-
-@pytest.mark.asyncio
-async def test_saved_solution_is_checked_and_the_speedup_lands_on_model_new(client: LanguageClient, tmp_path):
+async def open_and_save(client: LanguageClient, tmp_path: Path, text: str) -> str:
+    """Open `text` as a solution file in a trusted workspace and save it, as a user does; its uri."""
     trusted(client)
     path = tmp_path / "add_dice.py"
-    text = solution("return self.ext.add_values(a, b)")
     path.write_text(text)
     uri = path.as_uri()
     client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
         uri=uri, language_id="python", version=1, text=text)))
     await asyncio.sleep(0.3)
     client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri)))
+    return uri
+
+
+def headline(diagnostics):
+    return [d for d in diagnostics if d.code in ("correct", "mismatch", "crashed", "timed-out", "compile-error")]
+
+
+@pytest.mark.asyncio
+async def test_saved_solution_is_checked_and_the_speedup_lands_on_model_new(client: LanguageClient, tmp_path):
+    text = solution("return self.ext.add_values(a, b)")
+    uri = await open_and_save(client, tmp_path, text)
     diagnostics = await until(client, uri, lambda ds: headline(ds))
     [result] = headline(diagnostics)
     assert result.code == "correct", result.message
@@ -78,15 +84,7 @@ async def test_saved_solution_is_checked_and_the_speedup_lands_on_model_new(clie
 
 @pytest.mark.asyncio
 async def test_newer_save_cancels_a_hung_check_and_requests_stay_answered(client: LanguageClient, tmp_path):
-    trusted(client)
-    path = tmp_path / "add_dice.py"
-    hung = solution("return self.ext.spin(a, b)")
-    path.write_text(hung)
-    uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
-        uri=uri, language_id="python", version=1, text=hung)))
-    await asyncio.sleep(0.3)
-    client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri)))
+    uri = await open_and_save(client, tmp_path, solution("return self.ext.spin(a, b)"))
     await asyncio.sleep(3)  # the check is now building or spinning
     began = time.monotonic()
     hover = await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri),
