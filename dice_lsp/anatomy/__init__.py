@@ -48,11 +48,14 @@ def parse(text: str, reference: Anatomy | str | None = None) -> Anatomy:
     try:
         reader = FileReader(text)
         reading = reader.read()
+        reader, reading, recovered = _recover(text, reader, reading)
     except Exception as error:  # tree-sitter is robust, but a crash here must never take the server down
         return Anatomy(text=text, notes=(f"could not read the file ({type(error).__name__}: {error})",))
 
     notes: list[str] = []
-    if reading.syntax_errors:
+    if recovered:
+        notes.append("the file has an unfinished statement; it is skipped and the code after it is read")
+    elif reading.syntax_errors:
         notes.append("the file has syntax errors; what follows is read from the parts that parse")
     link = reference_link(text)
     if reading.model is None and reading.model_new is None:
@@ -89,6 +92,21 @@ def parse(text: str, reference: Anatomy | str | None = None) -> Anatomy:
         findings = ()
         anatomy = _with_notes(anatomy, f"deception checks failed ({type(error).__name__}: {error})")
     return replace(anatomy, findings=tuple(findings))
+
+
+def _recover(text: str, reader, reading):
+    """Re-read a file whose unfinished statement swallowed the code after it (a call or string still open)."""
+    from dice_lsp.anatomy.reader import FileReader
+    from dice_lsp.anatomy.recovery import blank_broken, broken_statements
+
+    broken = broken_statements(reader.tree.root_node, reader.offsets)
+    blanked = blank_broken(text, broken) if broken else None
+    if blanked is None:
+        return reader, reading, False
+    again = FileReader(blanked)
+    second = again.read()
+    second.syntax_errors = reading.syntax_errors  # the user's file still has them, where they are
+    return again, second, True
 
 
 def _distinct(splits: tuple[Split, ...]) -> tuple[Split, ...]:

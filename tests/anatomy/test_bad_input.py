@@ -29,7 +29,23 @@ def test_mid_edit_file_keeps_what_parses():
     text = (FILES / "mid_edit_syntax_error.py").read_text()
     anatomy = parse(text)
     assert anatomy.syntax_errors
-    assert any("syntax errors" in note for note in anatomy.notes)
+    assert any("unfinished statement" in note for note in anatomy.notes)
+    # The open load_inline( call swallowed the rest of the file; the class after it is still read.
+    assert anatomy.model_new is not None and anatomy.model_new.name_span.slice(text) == "ModelNew"
+
+
+@pytest.mark.parametrize("cut", ["unclosed-call", "unclosed-string"])
+def test_an_unfinished_statement_does_not_hide_the_classes_after_it(cut):
+    text = (FILES / "honest_add_with_model.py").read_text()
+    if cut == "unclosed-call":
+        broken = text.replace('    extra_ldflags=[""],\n)', '    extra_ldflags=[""],\n', 1)
+    else:
+        broken = text.replace('    return out;\n}\n"""', '    return out;\n}\n', 1)
+    assert broken != text
+    anatomy = parse(broken)
+    assert anatomy.model is not None and anatomy.model.name_span.slice(broken) == "Model"
+    assert anatomy.model_new is not None and anatomy.get_inputs is not None
+    assert anatomy.model_new.forward.slice(broken).startswith("def forward(self, a, b)")
 
 
 def test_every_prefix_of_a_real_file_parses_without_raising():
