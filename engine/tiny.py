@@ -8,24 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer as RustTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
-
 from engine import prompts
 from engine.checkpoint import save
 from engine.config import ModelConfig
 from engine.model import SDARModel
-from engine.tokenizer import Tokenizer
-
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>")
-
-# Qwen3's chat layout: <|im_start|>role\ncontent<|im_end|>\n per message, then the assistant's opening.
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+from engine.tokenizer import SPECIAL_TOKENS, Tokenizer
+from engine.tokenizer import train as train_bpe
 
 CORPUS = r'''
 __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
@@ -70,25 +58,8 @@ Output the new code in codeblocks. Please generate real code, NOT pseudocode, ma
 
 def train_tokenizer(vocab_size: int = 512) -> Tokenizer:
     """A byte-level BPE (so any text encodes) with Qwen's special tokens and chat template."""
-    inner = RustTokenizer(models.BPE())
-    inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    inner.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     # The one-shot example is in every end-to-end prompt, so the tokenizer learns it too.
-    inner.train_from_iterator([CORPUS, prompts.EXAMPLE_REFERENCE, prompts.EXAMPLE_SOLUTION] * 4, trainer=trainer)
-    settings = {
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "mask_token": "<|MASK|>",
-        "model_max_length": 4096,
-        "tokenizer_class": "PreTrainedTokenizerFast",
-    }
-    return Tokenizer(inner, settings, CHAT_TEMPLATE)
+    return train_bpe([CORPUS, prompts.EXAMPLE_REFERENCE, prompts.EXAMPLE_SOLUTION] * 4, vocab_size)
 
 
 def tiny_config(tokenizer: Tokenizer, **overrides) -> ModelConfig:

@@ -10,8 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from engine.errors import EngineError
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>")  # SDAR-Chat's, in this order
+
+# Qwen3's chat layout: <|im_start|>role\ncontent<|im_end|>\n per message, then the assistant's opening.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
 
 
 class Tokenizer:
@@ -59,6 +70,27 @@ class Tokenizer:
         if self.chat_template is not None:
             settings["chat_template"] = self.chat_template
         (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+
+
+def train(texts, vocab_size: int, max_length: int = 4096) -> Tokenizer:
+    """A byte-level BPE learned from `texts` (so any text still encodes), with SDAR-Chat's special tokens and a
+    Qwen3 chat template: what a model trained from scratch on kernel code starts from."""
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise EngineError(f"a byte-level tokenizer needs a vocabulary of at least {256 + len(SPECIAL_TOKENS)}")
+    inner = RustTokenizer(models.BPE())
+    inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    inner.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    inner.train_from_iterator(texts, trainer=trainer)
+    settings = {
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "mask_token": "<|MASK|>",
+        "model_max_length": max_length,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    return Tokenizer(inner, settings, CHAT_TEMPLATE)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -27,6 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="op families (default: all): unary binary activation reduction softmax norm matmul fusion")
     tasks.add_argument("--split", choices=("train", "heldout", "all"), default="train",
                        help="which split to write; held-out tasks never enter training (default: train)")
+    tasks.add_argument("--kernelbench", action="store_true",
+                       help="OUT is a folder in KernelBench layout for `dice-lsp eval`: OUT/levelN/K_family_template.py "
+                            "(fusions are level 2, the rest level 1), and the known-good solutions under "
+                            "OUT/solutions/ for `eval --solutions`")
     tasks.set_defaults(run=run_tasks)
 
 
@@ -65,12 +69,25 @@ def run_tasks(args: argparse.Namespace) -> int:
     except EngineError as error:
         raise CommandError(str(error)) from None
     try:
-        with Path(args.target).open("w", encoding="utf-8") as out:
-            for task in tasks:
-                out.write(json.dumps(task.record()) + "\n")
+        if args.kernelbench:
+            write_kernelbench(tasks, Path(args.target))
+        else:
+            with Path(args.target).open("w", encoding="utf-8") as out:
+                for task in tasks:
+                    out.write(json.dumps(task.record()) + "\n")
     except OSError as error:
         raise CommandError(f"cannot write {args.target}: {error.strerror or error}") from None
     print(f"wrote {len(tasks)} {args.split} tasks -> {args.target}")
     for family, count in sorted(Counter(task.family for task in tasks).items()):
         print(f"  {family:<11} {count:5d}")
     return 0
+
+
+def write_kernelbench(tasks, root) -> None:
+    """Tasks as problem files (reference only) and their solutions, named as `dice-lsp eval` reads them."""
+    for number, task in enumerate(tasks, 1):
+        level = f"level{2 if task.family == 'fusion' else 1}"
+        name = f"{number}_{task.family}_{task.template}.py"
+        for folder, text in ((root / level, task.reference), (root / "solutions" / level, task.solution)):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text, encoding="utf-8")

@@ -7,6 +7,19 @@ import argparse
 import json
 
 
+SHAPE_OPTIONS = (
+    ("vocab_size", "tokenizer vocabulary (default 4096)"),
+    ("hidden_size", "default 384"),
+    ("layers", "default 8"),
+    ("heads", "attention heads (default 6)"),
+    ("kv_heads", "key/value heads, GQA (default 2)"),
+    ("head_dim", "default 64"),
+    ("intermediate_size", "SwiGLU width (default 1024)"),
+    ("block_size", "tokens per diffusion block (default 4, DICE's)"),
+    ("max_positions", "longest sequence, prompt + answer (default 4096)"),
+)
+
+
 def _common(parser: argparse.ArgumentParser, lr: float) -> None:
     parser.add_argument("--model", required=True, help="checkpoint to start from (directory or cached hub id)")
     parser.add_argument("--data", required=True, help="JSONL of {reference, solution, level?}")
@@ -29,11 +42,25 @@ def _common(parser: argparse.ArgumentParser, lr: float) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-resume", action="store_true", help="start over even if OUT has a checkpoint")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+                        help="stop after this much training, resumes included; the learning rate then decays with "
+                             "the clock instead of the step count (0 = no limit)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="fine-tune a DICE model (SFT or RL)")
     stages = parser.add_subparsers(dest="stage_command", metavar="KIND", required=True)
+    init = stages.add_parser("init", help="a new small model from scratch: tokenizer learned from DATA, random weights",
+                             description="Learn a byte-level BPE tokenizer from DATA's prompts and solutions and write "
+                                         "a randomly initialised SDAR checkpoint to OUT, to start `train sft` from. "
+                                         "The defaults are the bundled model's shape.")
+    init.add_argument("--data", required=True, help="JSONL of {reference, solution} (e.g. from `dice-lsp data tasks`)")
+    init.add_argument("--out", required=True, help="checkpoint directory to write")
+    # Defaults (None here) come from engine.train.scratch.Shape when the command runs, so --help stays fast.
+    for name, help_text in SHAPE_OPTIONS:
+        init.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=help_text)
+    init.add_argument("--seed", type=int, default=0)
+    init.set_defaults(run=run_init)
     sft = stages.add_parser("sft", help="block-diffusion supervised fine-tuning")
     _common(sft, 1e-5)
     sft.add_argument("--epochs", type=int, default=3)
@@ -69,7 +96,7 @@ def _run_config(args):
                      lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, precision=args.precision,
                      gradient_checkpointing=args.gradient_checkpointing, attention=args.attention,
                      device=args.device, fsdp=args.fsdp, save_every=args.save_every, keep=args.keep,
-                     resume=not args.no_resume, progress=not args.no_progress)
+                     resume=not args.no_resume, progress=not args.no_progress, time_limit=args.time_limit)
 
 
 def _guarded(action):
@@ -80,6 +107,15 @@ def _guarded(action):
         return action()
     except EngineError as error:
         raise CommandError(str(error)) from None
+
+
+def run_init(args: argparse.Namespace) -> int:
+    from engine.train.scratch import Shape, new_model
+
+    shape = Shape(**{name: getattr(args, name) for name, _ in SHAPE_OPTIONS if getattr(args, name) is not None})
+    summary = _guarded(lambda: new_model(args.data, args.out, shape, args.seed))
+    print(json.dumps(summary, indent=2))
+    return 0
 
 
 def run_sft(args: argparse.Namespace) -> int:

@@ -55,7 +55,7 @@ def train(run_config: RunConfig, config: RLConfig) -> dict:
                              **config.harness})
         bar = run.progress_bar(run.step)
         last = {}
-        while run.step < total:
+        while run.step < total and not run.out_of_time():
             index = run.step % math.ceil(len(usable) / config.tasks_per_step)
             tasks = usable[index * config.tasks_per_step : (index + 1) * config.tasks_per_step]
             last = rl_step(run, config, pairs, prompts, tasks, options)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import random
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,6 +44,9 @@ class RunConfig:
     keep: int = 2
     resume: bool = True
     progress: bool = True
+    # Stop after this many seconds of training (0 = none), resumes included; the schedule then follows the clock,
+    # so the run is not reproducible step for step, but it ends on time with the learning rate fully decayed.
+    time_limit: float = 0.0
 
 
 class Run:
@@ -82,6 +86,9 @@ class Run:
                                            weight_decay=config.weight_decay, fused=self.device.type == "cuda")
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
+        self.trained_seconds = 0.0  # before this process started (from the checkpoint)
+        self.started = time.monotonic()
+        self.clock = 0.0  # training seconds as of the last optimizer step, agreed by every rank
         self.state: dict = {}  # what the driver needs to resume (e.g. RL's reference to the last stage)
         if resume_from is not None:
             self._restore(resume_from)
@@ -109,6 +116,8 @@ class Run:
             return 1.0
         span = max(1, self.total_steps - warm)
         progress = min(1.0, (step - warm) / span)
+        if self.config.time_limit:
+            progress = max(progress, min(1.0, self.clock / self.config.time_limit))
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
     def cross_entropy(self, row: Row, sync: bool) -> torch.Tensor:
@@ -136,12 +145,19 @@ class Run:
     def optimizer_step(self) -> dict:
         params = [p for p in self.trained.parameters() if p.requires_grad]
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        if self.config.time_limit:  # rank 0's clock, so every rank takes the same learning rate
+            mine = self.trained_seconds + time.monotonic() - self.started if self.world.main else 0.0
+            self.clock = distributed.all_sum(mine, self.world, self.device)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         return {"grad_norm": float(norm), "lr": self.scheduler.get_last_lr()[0]}
+
+    def out_of_time(self) -> bool:
+        """True once the run has trained for --time-limit seconds (every rank gets the same answer)."""
+        return bool(self.config.time_limit) and self.clock >= self.config.time_limit
 
     def log(self, record: dict) -> None:
         self.metrics.write({"step": self.step, **record})
@@ -166,7 +182,7 @@ class Run:
         if self.world.main:
             files["scheduler.pt"] = self.scheduler.state_dict()
             files["state.json"] = {"step": self.step, "kind": self.kind, "world_size": self.world.size,
-                                   "state": self.state}
+                                   "state": self.state, "clock": self.clock}
             if self.config.lora_rank:
                 files["adapter.safetensors"] = checkpoints.adapter_of(state)
         checkpoints.write_trainer(staging, self.world.rank, files)
@@ -190,6 +206,7 @@ class Run:
             set_rng_state(checkpoints.read_trainer(path, "rng-{rank}.pt", self.world.rank))
         self.step = int(info["step"])
         self.state = dict(info.get("state") or {})
+        self.clock = self.trained_seconds = float(info.get("clock") or 0.0)
 
     def finish(self) -> Path | None:
         """Write the last checkpoint (if the last step has none) and `<out>/final`; returns final's path."""

@@ -108,7 +108,7 @@ def train(run_config: RunConfig, config: SFTConfig) -> dict:
         budget = config.token_budget or 2 * (config.cutoff + run.model_config.block_size)
         pad_rows = run.objective.attention == "flex"  # compiled FlexAttention wants one shape
         bar = run.progress_bar(run.step)
-        while run.step < total:
+        while run.step < total and not run.out_of_time():
             epoch, index = divmod(run.step, per_epoch)
             order = epoch_order(run_config.seed, epoch, len(samples))
             chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
@@ -122,6 +122,7 @@ def train(run_config: RunConfig, config: SFTConfig) -> dict:
         bar.close()
         final = run.finish()
         return {"final": str(final) if final else None, "steps": run.step, "samples": len(samples),
+                "stopped_by_time_limit": run.step < total,
                 "skipped": skipped, "resumed_from": str(run.resumed_from) if run.resumed_from else None}
     finally:
         if run is not None:
