@@ -45,23 +45,29 @@ class Loaded:
         return self.model.lm_head.weight.device
 
 
-BUNDLED = Path(__file__).resolve().parent / "bundled"  # where the packaged default model goes, once trained
+BUNDLED = Path(__file__).resolve().parent / "bundled"  # the small default model shipped in the package
+# Overrides the model used when none is configured: a directory or cached hub id, or "none" to require one.
+DEFAULT_MODEL_ENV = "DICE_LSP_DEFAULT_MODEL"
 
 
-def default_model() -> Path | None:
-    """The bundled default model's directory, or None when this install has none."""
-    return BUNDLED if (BUNDLED / "config.json").is_file() else None
+def default_model() -> str | None:
+    """The model used when none is configured: $DICE_LSP_DEFAULT_MODEL, else the bundled one; None if neither."""
+    chosen = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    if chosen:
+        return None if chosen.lower() == "none" else chosen
+    return str(BUNDLED) if (BUNDLED / "config.json").is_file() else None
 
 
 def choose(model_ref: str | None) -> str:
-    """The model to load: `model_ref`, else the bundled default model, else an EngineError saying how to get one."""
+    """The model to load: `model_ref`, else the default model, else an EngineError saying how to get one."""
     if model_ref:
         return model_ref
-    bundled = default_model()
-    if bundled is not None:
-        return str(bundled)
+    default = default_model()
+    if default is not None:
+        return default
     raise EngineError(
-        "no model: this install has no bundled model yet. Set dice.model (or pass --model) to a DICE/SDAR checkpoint "
+        "no model: none is configured and no default model is installed. Set dice.model (or pass --model) to a "
+        "DICE/SDAR checkpoint "
         "directory or a hub id already in the local Hugging Face cache; to get one, run `huggingface-cli download "
         "DeadlyKitt3n/DICE-1.7B` on a machine with internet and point dice.model at it")
 

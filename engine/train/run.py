@@ -53,6 +53,9 @@ class Run:
     def __init__(self, config: RunConfig, kind: str, total_steps: int):
         self.config, self.kind, self.total_steps = config, kind, total_steps
         self.out = Path(config.out)
+        self.trained_seconds = 0.0  # before this process started (from the checkpoint)
+        self.started = time.monotonic()
+        self.clock = 0.0  # training seconds as of the last optimizer step, agreed by every rank
         self.world, self.device = distributed.setup(config.device)
         if self.world.main:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -86,9 +89,6 @@ class Run:
                                            weight_decay=config.weight_decay, fused=self.device.type == "cuda")
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
-        self.trained_seconds = 0.0  # before this process started (from the checkpoint)
-        self.started = time.monotonic()
-        self.clock = 0.0  # training seconds as of the last optimizer step, agreed by every rank
         self.state: dict = {}  # what the driver needs to resume (e.g. RL's reference to the last stage)
         if resume_from is not None:
             self._restore(resume_from)

@@ -121,3 +121,21 @@ def test_save_replaces_an_existing_checkpoint_whole(tiny_model_dir, tmp_path):
         "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"], "no temporary directories left behind"
     assert same_weights(load(str(target), device="cpu"), loaded)
+
+
+def test_default_model_is_the_bundled_one_unless_the_environment_says_otherwise(tiny_model_dir, tmp_path,
+                                                                               monkeypatch):
+    from engine import checkpoint
+
+    monkeypatch.delenv("DICE_LSP_DEFAULT_MODEL", raising=False)
+    monkeypatch.setattr(checkpoint, "BUNDLED", tmp_path / "bundled")
+    with pytest.raises(EngineError, match="no default model is installed"):
+        checkpoint.choose("")
+    shutil.copytree(tiny_model_dir, tmp_path / "bundled")
+    assert checkpoint.choose("") == str(tmp_path / "bundled")
+    assert checkpoint.choose("some/model") == "some/model"  # a configured model always wins
+    monkeypatch.setenv("DICE_LSP_DEFAULT_MODEL", str(tiny_model_dir))
+    assert checkpoint.choose(None) == str(tiny_model_dir)
+    monkeypatch.setenv("DICE_LSP_DEFAULT_MODEL", "none")
+    with pytest.raises(EngineError, match="huggingface-cli download DeadlyKitt3n/DICE-1.7B"):
+        checkpoint.choose("")

@@ -41,7 +41,8 @@ def test_generate_infill_reads_the_linked_reference(tmp_path, problem, tiny_mode
     assert not (tmp_path / "out.py").exists()
 
 
-def test_generate_errors_are_one_line_with_the_fix(tmp_path, problem, tiny_model_dir, capsys):
+def test_generate_errors_are_one_line_with_the_fix(tmp_path, problem, tiny_model_dir, capsys, monkeypatch):
+    monkeypatch.setenv("DICE_LSP_DEFAULT_MODEL", "none")  # as an install without the bundled model
     assert main(["generate", str(problem)]) == 2
     assert "huggingface-cli download DeadlyKitt3n/DICE-1.7B" in capsys.readouterr().err
     lonely = tmp_path / "skeleton.py"

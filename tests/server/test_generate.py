@@ -78,8 +78,14 @@ async def test_missing_model_is_one_actionable_message(client: LanguageClient, t
     assert client.applied_edits == []
 
 
+@pytest.fixture
+def no_default_model(monkeypatch):
+    """An install without a default model (the server started after this inherits the variable)."""
+    monkeypatch.setenv("DICE_LSP_DEFAULT_MODEL", "none")
+
+
 @pytest.mark.asyncio
-async def test_no_model_configured_says_how_to_get_one(client: LanguageClient, tmp_path):
+async def test_no_model_configured_says_how_to_get_one(no_default_model, client: LanguageClient, tmp_path):
     configure(client, model="")
     uri, _ = await open_problem(client, tmp_path)
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
