@@ -24,9 +24,9 @@ if [ "$stage" = train ]; then
     head -n 48 "$work/train.jsonl" >"$work/sample.jsonl"
     (
         [ "${CHECKS:-1}" = 0 ] && exit 0  # CHECKS=0: a dry run of the recipe on a machine without a GPU
-        python3 benchmarks/tasks_verify.py --per-template 2 --workers "$workers" >"$work/verify.log" 2>&1
-        dice data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 --workers "$workers" \
-            >"$work/curate.log" 2>&1
+        timeout 300 python3 benchmarks/tasks_verify.py --per-template 2 --workers "$workers" >"$work/verify.log" 2>&1
+        timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 \
+            --workers "$workers" >"$work/curate.log" 2>&1
     ) &
     checks=$!
     # shellcheck disable=SC2086
