@@ -2,51 +2,62 @@
 # How the bundled default model is made (issue 9), in two device calls on one GPU machine, from the repo root:
 #   OUT=/some/dir bash benchmarks/default_model.sh train   # tasks, template check + curate sample, tokenizer, SFT
 #   OUT=/some/dir bash benchmarks/default_model.sh eval    # dice-lsp eval on the held-out split
+#   OUT=/some/dir bash benchmarks/default_model.sh all     # both in one call; EVAL_LIMIT bounds the eval (seconds)
 # `train` leaves the run in $WORK and packs final/ into $OUT/model.tar.part-* (device files are at most 16 MiB);
-# `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between.
+# `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between. Each stage's logs
+# come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
 # Knobs (environment): CHECKS, TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
 stage="${1:?usage: default_model.sh train|eval}"
 out="${OUT:-/tmp/dice-default-out}"
 work="${WORK:-/tmp/dice-default}"
-mkdir -p "$out" "$work"
+logs="$work/logs"
+mkdir -p "$out" "$work" "$logs"
 export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" DICE_LSP_CACHE="$work/cache"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 dice() { python3 -m dice_lsp "$@"; }
 workers="${WORKERS:-12}"  # leave cores to the training loop
 
-if [ "$stage" = train ]; then
-    dice data tasks "$work/train.jsonl" --count "${TASKS:-20000}" --seed 1 | tee "$out/tasks.log"
+train() {
+    dice data tasks "$work/train.jsonl" --count "${TASKS:-20000}" --seed 1 | tee "$logs/tasks.log"
     rm -rf "$work/heldout"
-    dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2 | tee -a "$out/tasks.log"
+    dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2 | tee -a "$logs/tasks.log"
     # The GPU checks of the data run beside training, on the CPU cores it leaves: every template (2 instances,
     # benchmarks/tasks_verify.py), then `dice-lsp data curate` on the first 48 training tasks.
     head -n 48 "$work/train.jsonl" >"$work/sample.jsonl"
     (
         [ "${CHECKS:-1}" = 0 ] && exit 0  # CHECKS=0: a dry run of the recipe on a machine without a GPU
-        timeout 300 python3 benchmarks/tasks_verify.py --per-template 2 --workers "$workers" >"$work/verify.log" 2>&1
+        timeout 300 python3 benchmarks/tasks_verify.py --per-template 2 --workers "$workers" >"$logs/verify.log" 2>&1
         timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 \
-            --workers "$workers" >"$work/curate.log" 2>&1
+            --workers "$workers" >"$logs/curate.log" 2>&1
     ) &
     checks=$!
     # shellcheck disable=SC2086
-    dice train init --data "$work/train.jsonl" --out "$work/init" ${INIT_ARGS:-} | tee "$out/init.log"
+    dice train init --data "$work/train.jsonl" --out "$work/init" ${INIT_ARGS:-} | tee "$logs/init.log"
     dice train sft --model "$work/init" --data "$work/train.jsonl" --out "$work/run" --no-resume --no-progress \
         --time-limit "${TRAIN_SECONDS:-300}" --epochs 50 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" \
         --warmup-steps 50 --weight-decay 0.1 --cutoff "${CUTOFF:-3072}" --token-budget "${BUDGET:-24576}" \
-        --save-every 100000 2>&1 | tee "$out/sft.log"
+        --save-every 100000 2>&1 | tee "$logs/sft.log"
     wait "$checks"
-    cp "$work/verify.log" "$work/curate.log" "$out/" 2>/dev/null
-    cp benchmarks/RESULTS.md "$out/RESULTS.md"
+    cp benchmarks/RESULTS.md "$work/curated.jsonl" "$logs/" 2>/dev/null
     tar -C "$work/run" -cf - final metrics.jsonl loss.png | split -b 15m - "$out/model.tar.part-"
-    ls -la "$out"
-elif [ "$stage" = eval ]; then
+    tar -C "$work" -cf "$out/logs-train.tar" logs
+}
+
+evaluate() {
     model="$work/run/final"
     [ -d "$model" ] || model="$PWD/engine/bundled"
     [ -d "$work/heldout" ] || dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2
-    dice eval "$work/heldout" --model "$model" --out "$work/eval" --workers "$workers" --quiet 2>&1 | tee "$out/eval.log"
-    cp "$work/eval/table.md" "$work/eval/samples.jsonl" "$work/eval/chart.png" "$out/" 2>/dev/null
-else
-    echo "unknown stage $stage: use train or eval" >&2
-    exit 2
-fi
+    # Re-running resumes the same --out, so an eval cut short by EVAL_LIMIT goes on where it stopped.
+    timeout "${EVAL_LIMIT:-3000}" python3 -m dice_lsp eval "$work/heldout" --model "$model" --out "$work/eval" \
+        --workers "$workers" --quiet 2>&1 | tee "$logs/eval.log"
+    cp "$work/eval/table.md" "$work/eval/samples.jsonl" "$work/eval/chart.png" "$logs/" 2>/dev/null
+    tar -C "$work" -cf "$out/logs-eval.tar" logs
+}
+
+case "$stage" in
+    train) train ;;
+    eval) evaluate ;;
+    all) train && evaluate ;;
+    *) echo "unknown stage $stage: use train, eval or all" >&2; exit 2 ;;
+esac

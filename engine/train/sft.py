@@ -36,9 +36,13 @@ def noise_level(generator: torch.Generator) -> float:
 
 
 def sft_piece(prompt: list[int] | tuple[int, ...], answer: list[int] | tuple[int, ...], block_size: int,
-              mask_id: int, eos_id: int, generator: torch.Generator, sample: int = 0) -> Piece:
+              mask_id: int, eos_id: int, generator: torch.Generator, sample: int = 0, trim: bool = True) -> Piece:
     """[x_t | x_0] of one sample: answer padded with EOS to a block multiple (pads are trained), each answer token
-    of x_t masked with probability p (at least one), the prompt never; both copies share position ids."""
+    of x_t masked with probability p (at least one), the prompt never; both copies share position ids.
+
+    With `trim`, x_t starts at the block holding the first answer token: its earlier blocks are prompt only, are
+    never trained, and no token that is trained can see them (a noisy token sees its own block and clean earlier
+    blocks), so dropping them leaves every loss and gradient unchanged and saves the prompt's length in compute."""
     clean = list(prompt) + list(answer)
     clean += [eos_id] * (-len(clean) % block_size)
     n, start = len(clean), len(prompt)
@@ -48,13 +52,15 @@ def sft_piece(prompt: list[int] | tuple[int, ...], answer: list[int] | tuple[int
     masked[start:] = torch.rand(n - start, generator=generator) < p
     if not masked.any():
         masked[start + int(torch.randint(n - start, (), generator=generator))] = True
-    xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
-    target = torch.full((2 * n,), IGNORE, dtype=torch.long)
-    target[:n][masked] = x0[masked]
-    weight = torch.zeros(2 * n)
-    weight[:n][masked] = 1.0 / p
-    position = torch.arange(n).repeat(2)
-    copy = torch.cat([torch.ones(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)])
+    keep = (start // block_size) * block_size if trim else 0  # first x_t position kept
+    xt = torch.where(masked, torch.full_like(x0, mask_id), x0)[keep:]
+    noisy = n - keep
+    target = torch.full((noisy + n,), IGNORE, dtype=torch.long)
+    target[:noisy][masked[keep:]] = x0[keep:][masked[keep:]]
+    weight = torch.zeros(noisy + n)
+    weight[:noisy][masked[keep:]] = 1.0 / p
+    position = torch.cat([torch.arange(keep, n), torch.arange(n)])
+    copy = torch.cat([torch.ones(noisy, dtype=torch.long), torch.zeros(n, dtype=torch.long)])
     return Piece(torch.cat([xt, x0]), position, copy, target, weight, n - start, sample)
 
 

@@ -52,7 +52,7 @@ def test_mask_equals_naive_construction():
 def test_noising_follows_the_rules():
     for seed in range(50):
         prompt, answer = list(range(7)), list(range(10, 23))
-        piece = sft_piece(prompt, answer, 4, MASK, EOS, sample_generator(seed, 0, 0))
+        piece = sft_piece(prompt, answer, 4, MASK, EOS, sample_generator(seed, 0, 0), trim=False)
         n = len(piece) // 2
         assert n % 4 == 0 and n >= len(prompt) + len(answer)
         xt, x0 = piece.input_ids[:n], piece.input_ids[n:]
@@ -89,3 +89,41 @@ def test_loss_equals_naive_per_token_computation():
                 ce = F.cross_entropy(logits[i][None], piece.target[i][None])
                 naive = naive + ce * piece.weight[i]
     torch.testing.assert_close(packed, naive / answer_tokens, atol=1e-5, rtol=1e-5)
+
+
+def test_trimmed_noisy_copy_starts_at_the_first_answer_block():
+    prompt, answer = list(range(7)), list(range(10, 23))
+    full = sft_piece(prompt, answer, 4, MASK, EOS, sample_generator(5, 0, 0), trim=False)
+    trimmed = sft_piece(prompt, answer, 4, MASK, EOS, sample_generator(5, 0, 0))
+    n = len(full) // 2
+    assert len(trimmed) == 2 * n - 4  # the one block that is prompt only (positions 0-3) is gone
+    assert trimmed.position[:n - 4].tolist() == list(range(4, n)) and trimmed.copy[:n - 4].eq(1).all()
+    assert torch.equal(trimmed.input_ids[:n - 4], full.input_ids[4:n])
+    assert torch.equal(trimmed.target[:n - 4], full.target[4:n]) and torch.equal(trimmed.input_ids[n - 4:],
+                                                                                     full.input_ids[n:])
+
+
+def test_trimming_the_noisy_prompt_leaves_loss_and_gradients_unchanged():
+    config = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, block_size=4,
+                         mask_token_id=MASK, eos_token_id=EOS, torch_dtype="float32")
+    torch.manual_seed(0)
+    model = SDARModel(config)
+    objective = Objective(model, "sdpa")
+    results = []
+    for trim in (False, True):
+        pieces = []
+        for i, (p, a) in enumerate(((13, 9), (3, 6), (21, 5))):
+            ids = torch.randint(0, 50, (p + a,), generator=torch.Generator().manual_seed(i)).tolist()
+            pieces.append(sft_piece(ids[:p], ids[p:], 4, MASK, EOS, sample_generator(3, 0, i), i, trim=trim))
+        row = join(pieces)
+        model.zero_grad()
+        loss = sft_loss(objective(row.input_ids, row.position, objective.mask(row), row.target),
+                        row.weight[row.target != IGNORE], sum(p.answer_tokens for p in pieces))
+        loss.backward()
+        results.append((row.tokens, loss.detach(), [q.grad.clone() for q in model.parameters()]))
+    (full_tokens, full_loss, full_grads), (trim_tokens, trim_loss, trim_grads) = results
+    assert trim_tokens == full_tokens - 4 * (3 + 0 + 5)  # whole prompt-only blocks of the noisy copies
+    torch.testing.assert_close(trim_loss, full_loss, atol=1e-6, rtol=1e-6)
+    for a, b in zip(trim_grads, full_grads):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
