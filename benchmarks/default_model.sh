@@ -2,7 +2,8 @@
 # How the bundled default model is made (issue 9), in two device calls on one GPU machine, from the repo root:
 #   OUT=/some/dir bash benchmarks/default_model.sh train   # tasks, template check + curate sample, tokenizer, SFT
 #   OUT=/some/dir bash benchmarks/default_model.sh eval    # dice-lsp eval on the held-out split
-#   OUT=/some/dir bash benchmarks/default_model.sh all     # both in one call; EVAL_LIMIT bounds the eval (seconds)
+#   OUT=/some/dir bash benchmarks/default_model.sh all     # both in one call; EVAL_LIMIT (seconds) or DEADLINE (epoch seconds)
+#                                                            bound the eval
 # `train` leaves the run in $WORK and packs final/ into $OUT/model.tar.part-* (device files are at most 16 MiB);
 # `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between. Each stage's logs
 # come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
@@ -49,7 +50,9 @@ evaluate() {
     [ -d "$model" ] || model="$PWD/engine/bundled"
     [ -d "$work/heldout" ] || dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2
     # Re-running resumes the same --out, so an eval cut short by EVAL_LIMIT goes on where it stopped.
-    timeout "${EVAL_LIMIT:-3000}" python3 -m dice_lsp eval "$work/heldout" --model "$model" --out "$work/eval" \
+    local limit="${EVAL_LIMIT:-3000}"
+    [ -n "${DEADLINE:-}" ] && limit=$((DEADLINE - $(date +%s)))  # DEADLINE: epoch seconds when the call must end
+    timeout "$limit" python3 -m dice_lsp eval "$work/heldout" --model "$model" --out "$work/eval" \
         --workers "$workers" --quiet 2>&1 | tee "$logs/eval.log"
     cp "$work/eval/table.md" "$work/eval/samples.jsonl" "$work/eval/chart.png" "$logs/" 2>/dev/null
     tar -C "$work" -cf "$out/logs-eval.tar" logs
