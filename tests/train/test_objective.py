@@ -32,6 +32,13 @@ def naive_mask(segment, copy, position, block_size):
     return out
 
 
+def small_model() -> SDARModel:
+    torch.manual_seed(0)
+    return SDARModel(ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, block_size=4,
+                                 mask_token_id=MASK, eos_token_id=EOS, torch_dtype="float32"))
+
+
 def toy_row(block_size=4, lengths=((5, 9), (3, 6), (8, 4))):
     generator = torch.Generator().manual_seed(1)
     pieces = []
@@ -67,11 +74,7 @@ def test_noising_follows_the_rules():
 
 
 def test_loss_equals_naive_per_token_computation():
-    config = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, block_size=4,
-                         mask_token_id=MASK, eos_token_id=EOS, torch_dtype="float32")
-    torch.manual_seed(0)
-    model = SDARModel(config)
+    model = small_model()
     pieces, _ = toy_row()
     objective = Objective(model, "sdpa", ce_chunk=5)
     answer_tokens = sum(p.answer_tokens for p in pieces)
@@ -104,11 +107,7 @@ def test_trimmed_noisy_copy_starts_at_the_first_answer_block():
 
 
 def test_trimming_the_noisy_prompt_leaves_loss_and_gradients_unchanged():
-    config = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, block_size=4,
-                         mask_token_id=MASK, eos_token_id=EOS, torch_dtype="float32")
-    torch.manual_seed(0)
-    model = SDARModel(config)
+    model = small_model()
     objective = Objective(model, "sdpa")
     results = []
     for trim in (False, True):
