@@ -9,6 +9,9 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from engine.checkpoint import BUNDLED
+from engine.train.tasks import render
+
 PROBLEM = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
            "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(256)]\n\n\n"
            "def get_init_inputs():\n    return []\n")
@@ -92,3 +95,17 @@ async def test_no_model_configured_says_how_to_get_one(no_default_model, client:
         command="dice.server.generate", arguments=[uri]))
     assert result["ok"] is False and "huggingface-cli download DeadlyKitt3n/DICE-1.7B" in result["message"]
     assert any("dice.model" in m.message for m in client.messages)
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not (BUNDLED / "model.safetensors").is_file(), reason="no bundled model in this tree")
+async def test_with_no_model_configured_the_bundled_model_writes_a_kernel(client: LanguageClient, tmp_path):
+    task = next(t for t in (render("activation", "one_per_thread", s) for s in range(200)) if t.split == "heldout")
+    configure(client, model="")
+    uri, _ = await open_problem(client, tmp_path, task.reference)
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="dice.server.generate", arguments=[uri]))
+    assert result["ok"] is True, result
+    [edit] = client.applied_edits
+    text = edit.edit.document_changes[1].edits[0].new_text
+    assert "class ModelNew(" in text and "__global__" in text and "load_inline(" in text
