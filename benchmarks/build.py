@@ -45,6 +45,11 @@ def check_seconds(reference: str, solution: str, options) -> tuple[float, object
     return time.perf_counter() - started, report
 
 
+def stages(report) -> str:
+    """Where a check's seconds went, stage by stage (what to make faster next)."""
+    return "stages: " + ", ".join(f"{s.name} {s.seconds:.2f} s" for s in report.stages)
+
+
 def machine() -> str:
     try:
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -61,6 +66,9 @@ def main() -> None:
     parser.add_argument("--cache", default=tempfile.mkdtemp(prefix="dice-bench-"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-plain", action="store_true", help="skip the (slow) plain build")
+    parser.add_argument("--pause", type=float, default=5.0,
+                        help="seconds between re-checks, as between two saves: the spares that replace the "
+                             "workers a check used are warm again by the next one")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     args = parser.parse_args()
     reference = (FILES / "add_reference.py").read_text()
@@ -79,8 +87,10 @@ def main() -> None:
     time.sleep(5)
     speedups = []
     for i in range(args.repeats):
+        if i:
+            time.sleep(args.pause)
         seconds, report = check_seconds(reference, solution, options)
-        rows.append((f"re-check unchanged, warm workers #{i + 1}", seconds, report.summary()))
+        rows.append((f"re-check unchanged, warm workers #{i + 1}", seconds, f"{report.summary()}; {stages(report)}"))
         if report.speedup_eager:
             speedups.append(report.speedup_eager)
     harness.close_spares()
