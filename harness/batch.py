@@ -35,6 +35,7 @@ def visible_gpus() -> list[str]:
 
 def prebuild(solutions: Sequence[str], options: Options, workers: int | None = None) -> None:
     """Fill the build cache for every solution, `workers` builds at a time, sharing the cores between them."""
+    solutions = list(dict.fromkeys(solutions))  # RL groups and re-runs repeat texts: build each once
     cores = os.cpu_count() or 1
     parallel = max(1, min(workers or cores, len(solutions) or 1))
     env = {"MAX_JOBS": str(max(1, cores // parallel))}
@@ -76,8 +77,9 @@ def check_many(pairs: Sequence[tuple[str, str]], options: Options | None = None,
             reports[index] = _Check(reference, solution, local, threading.Event(), env).run()
 
     threads = [threading.Thread(target=drain, args=(gpu,)) for gpu in (slots or [None])]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with process.spares_while(2):  # a check's two workers start while the check before it runs
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     return [r for r in reports if r is not None]

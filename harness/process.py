@@ -5,6 +5,7 @@ A worker that hangs, segfaults or runs out of memory ends only itself; its death
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -147,6 +148,23 @@ def keep_warm(count: int) -> None:
     """Keep `count` started workers (torch already imported) per configuration, so a re-check skips the start-up."""
     global _spare_count
     _spare_count = count
+
+
+@contextlib.contextmanager
+def spares_while(count: int):
+    """At least `count` warm spares per configuration while the block runs, the caller's setting after: batch mode
+    starts the next check's workers while the current check runs, so they are warm when it ends."""
+    global _spare_count
+    with _spares_lock:
+        before = _spare_count
+        _spare_count = max(before, count)
+    try:
+        yield
+    finally:
+        with _spares_lock:
+            _spare_count = before
+        if before == 0:
+            close_spares()
 
 
 def start(options: Options, extra_env: dict[str, str] | None = None) -> Worker:

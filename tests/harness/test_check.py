@@ -134,6 +134,15 @@ def test_batch_equals_single(files, options):
         files, "return self.ext.subtract(a, b)", options).trials]
 
 
+def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, options):
+    from harness import process
+
+    pair = (files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)"))
+    reports = harness.check_many([pair, pair, pair], options, workers=2)
+    assert [r.status for r in reports] == ["correct"] * 3 and all(r.build_cached for r in reports)
+    assert process._spare_count == 0 and not any(process._spares.values())  # batch's warm spares are gone
+
+
 def test_cli_check_json(files, options, cache_root, tmp_path, monkeypatch, capsys):
     from dice_lsp.cli import main
 
