@@ -134,9 +134,11 @@ def test_batch_equals_single(files, options):
         files, "return self.ext.subtract(a, b)", options).trials]
 
 
-def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, options):
+def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, options, monkeypatch):
     from harness import process
 
+    process.close_spares()
+    monkeypatch.setattr(process, "_spare_count", 0)  # a caller that keeps none (earlier tests may keep some)
     pair = (files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)"))
     reports = harness.check_many([pair, pair, pair], options, workers=2)
     assert [r.status for r in reports] == ["correct"] * 3 and all(r.build_cached for r in reports)
