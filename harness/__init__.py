@@ -7,8 +7,8 @@ from harness.batch import check_many
 from harness.errors import HarnessError
 from harness.options import Options
 from harness.pipeline import Run, check
-from harness.process import close_spares, keep_warm
+from harness.process import close_spares, keep_warm, spares_while
 from harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
 
 __all__ = ["Diagnostic", "HarnessError", "KernelShare", "Options", "Report", "Run", "Stage", "Timing", "Trial",
-           "check", "check_many", "close_spares", "keep_warm"]
+           "check", "check_many", "close_spares", "keep_warm", "spares_while"]

@@ -71,29 +71,30 @@ def evaluate(plan: Plan, source: Source, settings: dict) -> Evaluation:
         wanted = plan.keys()
         skipped = sum(1 for key in wanted if key in done)
         bar = progress_bar(len(wanted), skipped, plan.progress)
-        harness.keep_warm(2)  # a reference and a solution worker, started while the previous check runs
+        # A reference and a solution worker start while the previous check runs; none are left once eval ends.
         try:
-            for group in batches(plan, done):
-                kernels: list[Kernel] = []
-                for problem, samples in group:
-                    references.setdefault(problem.key, problem.read())
-                    what = f"{source.verb} {problem.key}"
-                    bar.set_postfix_str(what, refresh=True)
-                    kernels += source.kernels(problem, references[problem.key], samples,
-                                              lambda note, what=what: bar.set_postfix_str(f"{what}: {note}"))
-                for kernel in kernels:
-                    if kernel.text is None:
-                        log.append(record(kernel, Report("invalid", kernel.note or "no code to check")))
-                        bar.update()
-                ready = [k for k in kernels if k.text is not None]
-                if ready:
-                    bar.set_postfix_str(f"checking {len(ready)} sample{'s' if len(ready) > 1 else ''}", refresh=True)
-                    for kernel, report in zip(ready, check(ready, references, plan.options, plan.workers)):
-                        log.append(record(kernel, with_static_findings(report, kernel, references)))
-                        bar.update()
+            with harness.spares_while(2):
+                for group in batches(plan, done):
+                    kernels: list[Kernel] = []
+                    for problem, samples in group:
+                        references.setdefault(problem.key, problem.read())
+                        what = f"{source.verb} {problem.key}"
+                        bar.set_postfix_str(what, refresh=True)
+                        kernels += source.kernels(problem, references[problem.key], samples,
+                                                  lambda note, what=what: bar.set_postfix_str(f"{what}: {note}"))
+                    for kernel in kernels:
+                        if kernel.text is None:
+                            log.append(record(kernel, Report("invalid", kernel.note or "no code to check")))
+                            bar.update()
+                    ready = [k for k in kernels if k.text is not None]
+                    if ready:
+                        plural = "s" if len(ready) > 1 else ""
+                        bar.set_postfix_str(f"checking {len(ready)} sample{plural}", refresh=True)
+                        for kernel, report in zip(ready, check(ready, references, plan.options, plan.workers)):
+                            log.append(record(kernel, with_static_findings(report, kernel, references)))
+                            bar.update()
         finally:
             bar.close()
-            harness.close_spares()
     return summarize(plan, source.description, skipped)
 
 
