@@ -90,9 +90,14 @@ def prompt_ids(tokenizer, pair: Pair, kind: str) -> list[int] | None:
     return tokenizer.encode(prompts.render(messages, tokenizer.chat_template))
 
 
+def answer_text(solution: str) -> str:
+    """The answer DICE writes: the whole solution file in one codeblock."""
+    return f"```python\n{solution.strip()}\n```"
+
+
 def answer_ids(tokenizer, solution: str, end_id: int) -> list[int]:
-    """The answer DICE writes: the whole solution file in one codeblock, then the end-of-turn token."""
-    return tokenizer.encode(f"```python\n{solution.strip()}\n```") + [end_id]
+    """The answer's tokens, then the end-of-turn token."""
+    return tokenizer.encode(answer_text(solution)) + [end_id]
 
 
 def end_of_turn(tokenizer, config) -> int:

@@ -13,7 +13,7 @@ from engine.checkpoint import save
 from engine.config import ModelConfig
 from engine.model import SDARModel
 from engine.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, train
-from engine.train.data import Pair, answer_ids, prompt_messages, read_pairs
+from engine.train.data import Pair, answer_ids, answer_text, end_of_turn, prompt_messages, read_pairs
 from engine.train.errors import TrainError
 
 
@@ -57,7 +57,7 @@ def texts(pairs: list[Pair], limit: int) -> list[str]:
             messages = prompt_messages(pair, kind)
             if messages is not None:
                 found.append(prompts.render(messages, CHAT_TEMPLATE))
-        found.append(f"```python\n{(pair.solution or '').strip()}\n```")
+        found.append(answer_text(pair.solution or ""))
     return found
 
 
@@ -95,7 +95,7 @@ def new_model(data, out, shape: Shape = Shape(), seed: int = 0, tokenizer_pairs:
 
 def _lengths(tokenizer, config: ModelConfig, pairs: list[Pair]) -> dict:
     """Token counts of a few samples, so the user can choose --cutoff for `train sft`."""
-    end = tokenizer.token_id("<|im_end|>")
+    end = end_of_turn(tokenizer, config)
     prompt = [len(tokenizer.encode(prompts.render(prompts.end_to_end_prompt(p.reference), CHAT_TEMPLATE)))
               for p in pairs]
     answer = [len(answer_ids(tokenizer, p.solution or "", end)) for p in pairs]
