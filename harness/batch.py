@@ -42,7 +42,7 @@ def prebuild(solutions: Sequence[str], options: Options, workers: int | None = N
     payload = options.with_(cache_dir=options.extensions_dir).to_dict()
 
     def build(text: str) -> None:
-        worker = process.Worker(options, env)
+        worker = process.Worker(options, env, warm=False)
         try:
             worker.call("build", options.build_timeout, path=worker.file("solution.py", text), options=payload)
         except HarnessError:

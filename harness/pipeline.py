@@ -1,4 +1,4 @@
-"""The check itself: build -> verify -> inspect -> time across a reference worker and a solution worker.
+"""The check itself: build -> verify -> time -> inspect across a reference worker and a solution worker.
 
 The caller's process only parses, sends commands and turns replies (or a worker's death) into one `Report`.
 """
@@ -178,26 +178,35 @@ class _Check:
         correct = all(t.passed for t in trials) and tiny is None
         self.stage("verify", started, "ok" if correct else "failed")
 
-        if ran["device"] != "cpu":
-            started = time.perf_counter()
-            kernels = [k.name for k in self.anatomy.kernels] if self.anatomy else []
-            seen = self.call(solution, "inspect", "inspect", options.run_timeout, kernels=kernels)
-            if seen["ok"]:
-                self.fields["kernels"] = tuple(KernelShare(**k) for k in seen["kernels"])
-                self.findings.extend(findings.from_kernels(seen["kernels"], self.anatomy))
-            self.stage("inspect", started, "ok" if seen["ok"] else "failed", seen.get("error", ""))
-        if tiny is not None and all(t.passed for t in trials):
-            return self.report("mismatch", tiny.message)
-        if not correct:
+        if not correct:  # which of its kernels ran says why, often; nothing is timed
+            self.inspect(solution, ran)
+            if tiny is not None and all(t.passed for t in trials):
+                return self.report("mismatch", tiny.message)
             failed = next(t for t in trials if not t.passed)
             where = f" at {failed.where}" if failed.where else ""
             message = failed.note or f"max abs error {failed.max_abs_error:.3g}{where} (seed {failed.seed})"
             return self.report("mismatch", message)
-        if options.baseline == "none" and options.timing_trials <= 0:
-            return self.report("correct")
-        return self.time(reference, solution)
+        if options.baseline != "none" or options.timing_trials > 0:
+            crashed = self.time(reference, solution)
+            if crashed is not None:
+                return crashed
+        self.inspect(solution, ran)  # after timing: the profiler's hooks stay in the process and slow launches
+        return self.report("correct")
 
-    def time(self, reference: process.Worker, solution: process.Worker) -> Report:
+    def inspect(self, solution: process.Worker, ran: dict[str, Any]) -> None:
+        """Which kernels ran during forward (profiler names against anatomy's), each one's share of GPU time."""
+        if ran["device"] == "cpu":
+            return
+        started = time.perf_counter()
+        kernels = [k.name for k in self.anatomy.kernels] if self.anatomy else []
+        seen = self.call(solution, "inspect", "inspect", self.options.run_timeout, kernels=kernels)
+        if seen["ok"]:
+            self.fields["kernels"] = tuple(KernelShare(**k) for k in seen["kernels"])
+            self.findings.extend(findings.from_kernels(seen["kernels"], self.anatomy))
+        self.stage("inspect", started, "ok" if seen["ok"] else "failed", seen.get("error", ""))
+
+    def time(self, reference: process.Worker, solution: process.Worker) -> Report | None:
+        """Time every side; None when the solution was timed, a report when it crashed while timed."""
         options = self.options
         started = time.perf_counter()
         sides = [("eager", reference, False)] if options.baseline in ("eager", "both") else []
@@ -228,7 +237,7 @@ class _Check:
                 self.fields[field_name] = raw[name][clock] / solution_ms
         if not any(s.name == "time" for s in self.stages):
             self.stage("time", started)
-        return self.report("correct")
+        return None
 
 
 def check(reference: str, solution: str, options: Options | None = None,

@@ -28,14 +28,15 @@ _spares_lock = threading.Lock()
 _spare_count = 0
 
 
-def _environment(options: Options, extra: dict[str, str]) -> dict[str, str]:
+def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     if not env.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
         env["CUDA_HOME"] = "/usr/local/cuda"
     limits = {"file_size_mb": options.file_size_limit_mb, "cpu_time_s": options.cpu_time_limit_s,
-              "memory_gb": options.memory_limit_gb, "cuda": options.device != "cpu"}
+              "memory_gb": options.memory_limit_gb, "cuda": options.device != "cpu",
+              "warm_device": options.device if warm and options.device != "cpu" else ""}
     env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
     env.update(extra)
     return env
@@ -44,10 +45,11 @@ def _environment(options: Options, extra: dict[str, str]) -> dict[str, str]:
 class Worker:
     """One worker process, started with `python -m harness.worker` in a new session (so its group can be killed)."""
 
-    def __init__(self, options: Options, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, options: Options, extra_env: dict[str, str] | None = None, warm: bool = True) -> None:
+        """`warm`: create the CUDA context before the first command (a worker that only builds needs none)."""
         self.key = _spare_key(options, extra_env or {})
         self.directory = tempfile.mkdtemp(prefix="dice-harness-")
-        env = _environment(options, extra_env or {})
+        env = _environment(options, extra_env or {}, warm)
         env["TMPDIR"] = self.directory
         read, write = os.pipe()
         self.log_path = Path(self.directory) / "worker.log"

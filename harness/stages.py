@@ -124,7 +124,8 @@ def time(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     model = side.model
     if command.get("compile"):
         model = torch.compile(side.model)
-    result = timing.measure(lambda: model(*inputs), side.device, options["timing_trials"], options["warmup_trials"])
+    result = timing.measure(lambda: model(*inputs), side.device, options["timing_trials"], options["warmup_trials"],
+                            options.get("timing_budget_s", 0.0))
     result["disagrees"] = timing.timer_disagrees(result, options["timer_tolerance"])
     return {"timing": result, **runtime.precision_state()}
 

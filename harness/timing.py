@@ -33,8 +33,18 @@ def _flusher(device: torch.device) -> Callable[[], None]:
     return buffer.zero_
 
 
-def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmup: int) -> dict[str, Any]:
-    """Median and spread of `forward`; on CUDA also the host-clock median, which sees work on every stream."""
+def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmup: int,
+            budget_s: float = 0.0) -> dict[str, Any]:
+    """Median and spread of `forward`; on CUDA also the host-clock median, which sees work on every stream.
+
+    At least `trials` trials; a short forward gets more, until the timed loop has run `budget_s` seconds (at most
+    ten times `trials`), so a microsecond kernel's median rests on enough samples to repeat.
+
+    On CUDA the start event is queued right behind the L2 flush, without a synchronize in between: the host launches
+    forward while the GPU still flushes, so the events time forward's GPU work and not the host's launch latency
+    (which a synchronize before the start event would add to every trial of a microsecond kernel). The host clock
+    spans flush and forward up to a device-wide synchronize; the flush's own GPU time is taken off it.
+    """
     flush = _flusher(device)
     cuda = device.type == "cuda"
     sync = (lambda: _synchronize(device)) if cuda else (lambda: None)
@@ -43,26 +53,28 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
             forward()
         sync()
         events, host = [], []
-        for _ in range(trials):
-            flush()
+        limit, loop_started = max(trials, 1) * 10, _perf_counter()
+        while len(host) < trials or (len(host) < limit and _perf_counter() - loop_started < budget_s):
             if cuda:
-                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-                sync()
+                flushed, start, end = (_Event(enable_timing=True) for _ in range(3))
                 h0 = _perf_counter()
+                _record(flushed)
+                flush()
                 _record(start)
                 forward()
                 _record(end)
                 sync()
                 h1 = _perf_counter()
                 events.append(_elapsed(start, end))
+                host.append((h1 - h0) * 1e3 - _elapsed(flushed, start))
             else:
+                flush()
                 h0 = _perf_counter()
                 forward()
-                h1 = _perf_counter()
-            host.append((h1 - h0) * 1e3)
+                host.append((_perf_counter() - h0) * 1e3)
         overhead = _sync_overhead(sync) if cuda else 0.0
     samples = events if cuda else host
-    return {**_summary(samples), "trials": trials, "host_median_ms": statistics.median(host),
+    return {**_summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
             "clock": "cuda-events" if cuda else "host", "overhead_ms": overhead}
 
 

@@ -69,10 +69,26 @@ def pick_device(choice: str) -> Any:
     return device
 
 
+def warm_up_cuda(device: str) -> None:
+    """Create the CUDA context of `device` ("auto", "cuda", "cuda:N") before the first command: a spare waiting for
+    its check pays this while idle. A failure is left to the stage that needs the GPU, which reports it."""
+    import torch
+
+    try:
+        if torch.cuda.is_available():
+            torch.empty(1, device="cuda" if device == "auto" else device)  # the context and the allocator's first block
+    except Exception:  # the stage that uses CUDA reports it
+        pass
+
+
 def main() -> int:
     reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
-    apply_limits(json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}")))
+    limits = json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}"))
+    apply_limits(limits)
     from harness import stages
+
+    if limits.get("warm_device"):
+        warm_up_cuda(limits["warm_device"])
 
     side = Side()
     for line in sys.stdin:

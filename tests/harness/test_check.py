@@ -27,7 +27,7 @@ def test_correct_solution_is_verified_and_timed(files, options):
     assert report.status == "correct", report.summary()
     assert len(report.trials) == options.correctness_trials + 1 and all(t.passed for t in report.trials)
     assert report.trials[-1].changed_inputs
-    assert set(report.timings) == {"solution", "eager"} and report.timings["solution"].trials == 20
+    assert set(report.timings) == {"solution", "eager"} and report.timings["solution"].trials >= 20
     assert report.speedup_eager is not None and report.speedup_eager > 0
     assert report.device == "cpu" and report.tf32 is False
     assert [s.name for s in report.stages] == ["parse", "build", "reference", "verify", "time"]
