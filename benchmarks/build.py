@@ -63,7 +63,7 @@ def main() -> None:
     import harness
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cache", default=tempfile.mkdtemp(prefix="dice-bench-"))
+    parser.add_argument("--cache", help="build cache to use and keep (default: a temporary one, removed after)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-plain", action="store_true", help="skip the (slow) plain build")
     parser.add_argument("--pause", type=float, default=5.0,
@@ -73,7 +73,8 @@ def main() -> None:
     args = parser.parse_args()
     reference = (FILES / "add_reference.py").read_text()
     fixture = (FILES / "cuda_solution.py").read_text()
-    options = harness.Options(cache_dir=args.cache, baseline="eager")
+    cache = args.cache or tempfile.mkdtemp(prefix="dice-bench-")
+    options = harness.Options(cache_dir=cache, baseline="eager")
     rows = []
     if not args.no_plain:
         rows.append(("plain load_inline, cold", plain_build(unique(fixture, "plain")), ""))
@@ -105,7 +106,8 @@ def main() -> None:
     with open(args.results, "a") as out:
         out.write(f"\n## harness build and re-check, {stamp}, {machine()}\n\n"
                   f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel, 512x512).\n\n{table}\n")
-    shutil.rmtree(args.cache, ignore_errors=True)
+    if not args.cache:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == "__main__":

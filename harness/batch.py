@@ -77,7 +77,10 @@ def check_many(pairs: Sequence[tuple[str, str]], options: Options | None = None,
             reports[index] = _Check(reference, solution, local, threading.Event(), env).run()
 
     threads = [threading.Thread(target=drain, args=(gpu,)) for gpu in (slots or [None])]
-    with process.spares_while(2):  # a check's two workers start while the check before it runs
+    # The workers of the next checks start while a check runs: one check ahead, two where the cores allow, since a
+    # spare needs longer to warm up (torch, the CUDA context, the profiler's imports) than a warm check takes.
+    ahead = 2 if (os.cpu_count() or 1) >= 8 else 1
+    with process.spares_while(2 * ahead):
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -70,13 +70,16 @@ def pick_device(choice: str) -> Any:
 
 
 def warm_up_cuda(device: str) -> None:
-    """Create the CUDA context of `device` ("auto", "cuda", "cuda:N") before the first command: a spare waiting for
-    its check pays this while idle. A failure is left to the stage that needs the GPU, which reports it."""
+    """What the GPU stages need, done before the first command, so a spare waiting for its check pays it while idle:
+    the CUDA context of `device` ("auto", "cuda", "cuda:N"), and the modules the profiler (inspect) and torch.compile
+    import on first use (torch._inductor and torch._dynamo: ~3 s). Importing attaches no profiler hooks.
+    A failure is left to the stage that needs the GPU, which reports it."""
     import torch
 
     try:
         if torch.cuda.is_available():
             torch.empty(1, device="cuda" if device == "auto" else device)  # the context and the allocator's first block
+            import torch._inductor  # noqa: F401
     except Exception:  # the stage that uses CUDA reports it
         pass
 
