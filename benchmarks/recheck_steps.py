@@ -1,15 +1,13 @@
-"""Where a warm re-check's seconds go inside the workers: each stage command run in one process, timed, and the
-slowest ones under cProfile. A check first fills the build cache, so the steps load the extension as a re-check does.
+"""Where a warm re-check's seconds go: each command of a check sent to real, fully warmed-up worker processes, with
+the time the caller waited, the time the worker spent, and how many modules the command imported; then whole checks.
 
-Usage (on the GPU machine, from the repo root): python benchmarks/recheck_steps.py [--profile N]
+A check first fills the build cache, so the commands load the extension as a re-check does.
+Usage (on the GPU machine, from the repo root): python benchmarks/recheck_steps.py [--cache DIR] [--settle SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 import sys
 import tempfile
 import time
@@ -22,50 +20,53 @@ FILES = ROOT / "tests" / "harness" / "files"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--profile", type=int, default=12, help="cProfile rows shown for each step over 0.5 s")
     parser.add_argument("--cache", help="build cache (one holding the precompiled header saves its build)")
+    parser.add_argument("--settle", type=float, default=15.0, help="seconds the spares get to warm up")
     args = parser.parse_args()
     import harness
+    from harness import process
 
-    cache = args.cache or tempfile.mkdtemp(prefix="dice-steps-")
-    options = harness.Options(cache_dir=cache, baseline="eager")
+    options = harness.Options(cache_dir=args.cache or tempfile.mkdtemp(prefix="dice-steps-"), baseline="eager")
     reference_text, solution_text = (FILES / "add_reference.py").read_text(), (FILES / "cuda_solution.py").read_text()
     started = time.perf_counter()
     report = harness.check(reference_text, solution_text, options)
     print(f"filling the cache: {time.perf_counter() - started:.1f} s, {report.summary()}")
 
-    from harness import stages
-    from harness.worker import Side, warm_up_cuda
-
-    work = Path(tempfile.mkdtemp(prefix="dice-steps-work-"))
-    (work / "reference.py").write_text(reference_text)
-    (work / "solution.py").write_text(solution_text)
+    harness.keep_warm(2)
+    for _ in range(2):  # the first start leaves one spare beside the fresh worker it returns, the second two
+        process.start(options).close()
+    time.sleep(args.settle)
+    reference, solution = process.start(options), process.start(options)
+    exchange = tempfile.mkdtemp(prefix="dice-steps-exchange-")
     payload = options.with_(cache_dir=options.extensions_dir).to_dict()
-    reference, solution = Side(), Side()
-    steps = [
-        ("CUDA context", lambda: warm_up_cuda("auto")),
-        ("build (cached)", lambda: stages.build(solution, {"path": str(work / "solution.py"), "options": payload})),
-        ("reference", lambda: stages.reference(reference, {"path": str(work / "reference.py"), "options": payload,
-                                                           "exchange": str(work)})),
-        ("run (solution)", lambda: stages.run(solution, {"exchange": str(work)})),
-        ("compare", lambda: stages.compare(reference, {"exchange": str(work)})),
-        ("time eager", lambda: stages.time(reference, {})),
-        ("time solution", lambda: stages.time(solution, {})),
-        ("inspect, first", lambda: stages.inspect(solution, {"kernels": ["add_kernel"]})),
-        ("inspect, again", lambda: stages.inspect(solution, {"kernels": ["add_kernel"]})),
+    commands = [
+        (solution, "build", {"path": solution.file("solution.py", solution_text), "options": payload}),
+        (reference, "reference", {"path": reference.file("reference.py", reference_text), "options": payload,
+                                  "exchange": exchange}),
+        (solution, "run", {"exchange": exchange}),
+        (reference, "compare", {"exchange": exchange}),
+        (reference, "time", {"compile": False}),
+        (solution, "time", {"compile": False}),
+        (solution, "inspect", {"kernels": ["add_kernel"]}),
     ]
-    for name, step in steps:
-        profiler = cProfile.Profile()
+    print(f"{'command':10s} {'waited':>8s} {'in worker':>10s} {'imported':>9s}  warm-up")
+    for worker, op, payload_ in commands:
         started = time.perf_counter()
-        profiler.enable()
-        step()
-        profiler.disable()
-        seconds = time.perf_counter() - started
-        print(f"{name:16s} {seconds:7.3f} s")
-        if seconds > 0.5 and args.profile:
-            text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(args.profile)
-            print("\n".join("    " + line for line in text.getvalue().splitlines()[6:] if line.strip()))
+        answer = worker.call(op, 120, **payload_)
+        waited = time.perf_counter() - started
+        side = answer.get("worker", {})
+        note = "" if answer["ok"] else f"  failed: {answer['error']}"
+        print(f"{op:10s} {waited:8.3f} {side.get('seconds', 0):10.3f} {side.get('imported', 0):9d}  "
+              f"{side.get('warm_up_seconds', 0):.1f} s {side.get('warm_up_error', '')}{note}")
+    reference.close()
+    solution.close()
+    for i in range(3):
+        time.sleep(args.settle)
+        started = time.perf_counter()
+        report = harness.check(reference_text, solution_text, options)
+        stages = ", ".join(f"{s.name} {s.seconds:.2f}" for s in report.stages)
+        print(f"whole check #{i + 1} after {args.settle:.0f} s: {time.perf_counter() - started:.2f} s ({stages})")
+    process.close_spares()
 
 
 if __name__ == "__main__":

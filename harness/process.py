@@ -6,6 +6,8 @@ A worker that hangs, segfaults or runs out of memory ends only itself; its death
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import json
 import os
 import select
@@ -38,8 +40,23 @@ def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[st
               "memory_gb": options.memory_limit_gb, "cuda": options.device != "cpu",
               "warm_device": options.device if warm and options.device != "cpu" else ""}
     env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
+    if "PYTHONPYCACHEPREFIX" not in env and not _torch_writable():
+        # torch installed read-only (a system or container install without bytecode): every worker would compile
+        # the ~900 modules it imports from source again, seconds each time; keep their bytecode in our cache.
+        env["PYTHONPYCACHEPREFIX"] = str(Path(options.extensions_dir).parent / "pycache")
     env.update(extra)
     return env
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_writable() -> bool:
+    """Can Python write bytecode beside torch's sources? (Found without importing torch in the caller.)"""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return True
+    directory = Path(spec.origin).parent
+    cache = directory / "__pycache__"
+    return os.access(cache if cache.is_dir() else directory, os.W_OK)
 
 
 class Worker:

@@ -69,19 +69,20 @@ def pick_device(choice: str) -> Any:
     return device
 
 
-def warm_up_cuda(device: str) -> None:
+def warm_up_cuda(device: str) -> str:
     """What the GPU stages need, done before the first command, so a spare waiting for its check pays it while idle:
     the CUDA context of `device` ("auto", "cuda", "cuda:N"), and the modules the profiler (inspect) and torch.compile
     import on first use (torch._inductor and torch._dynamo: ~3 s). Importing attaches no profiler hooks.
-    A failure is left to the stage that needs the GPU, which reports it."""
+    A failure is left to the stage that needs the GPU, which reports it; it is returned for benchmarks to show."""
     import torch
 
     try:
         if torch.cuda.is_available():
             torch.empty(1, device="cuda" if device == "auto" else device)  # the context and the allocator's first block
             import torch._inductor  # noqa: F401
-    except Exception:  # the stage that uses CUDA reports it
-        pass
+    except Exception as error:  # the stage that uses CUDA reports it
+        return f"{type(error).__name__}: {error}"
+    return ""
 
 
 def main() -> int:
@@ -89,13 +90,16 @@ def main() -> int:
     limits = json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}"))
     apply_limits(limits)
     from harness import stages
+    import torch.utils.cpp_extension  # noqa: F401  (what a build stage needs first: ~100 modules)
 
-    if limits.get("warm_device"):
-        warm_up_cuda(limits["warm_device"])
+    started = timing._perf_counter()
+    warm = warm_up_cuda(limits["warm_device"]) if limits.get("warm_device") else ""
+    warm_seconds = timing._perf_counter() - started
 
     side = Side()
     for line in sys.stdin:
         command = json.loads(line)
+        started, modules = timing._perf_counter(), len(sys.modules)
         try:
             result = getattr(stages, command["op"].replace("-", "_"))(side, command)
             answer = {"ok": True, **(result or {})}
@@ -104,6 +108,9 @@ def main() -> int:
                       "traceback": traceback.format_exc()[-8000:]}
             if side.builder is not None:
                 answer["extensions"] = [e.to_dict() for e in side.builder.extensions]
+        # Where a stage's time went, for benchmarks: this command alone, and how many modules it imported.
+        answer["worker"] = {"seconds": timing._perf_counter() - started, "imported": len(sys.modules) - modules,
+                            "warm_up_seconds": warm_seconds, "warm_up_error": warm}
         reply.write(json.dumps(answer) + "\n")
         reply.flush()
     return 0
