@@ -7,7 +7,8 @@
 # `train` leaves the run in $WORK and packs final/ into $OUT/model.tar.part-* (device files are at most 16 MiB);
 # `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between. Each stage's logs
 # come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
-# Knobs (environment): CHECKS, PER_TEMPLATE, TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
+# Knobs (environment): FAVOR_FAST (template speedups JSON; empty: draw templates evenly), CHECKS, PER_TEMPLATE,
+#   TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
 stage="${1:?usage: default_model.sh train|eval}"
 out="${OUT:-/tmp/dice-default-out}"
@@ -20,7 +21,12 @@ dice() { python3 -m dice_lsp "$@"; }
 workers="${WORKERS:-12}"  # leave cores to the training loop
 
 train() {
-    dice data tasks "$work/train.jsonl" --count "${TASKS:-20000}" --seed 1 | tee "$logs/tasks.log"
+    # Templates are drawn in proportion to their measured speedup against eager (clamped to 0.25-2): half of them
+    # were slower than eager PyTorch on the H200 (RESULTS.md), and a model learns the speed of what it is shown.
+    local favor=()
+    [ -n "${FAVOR_FAST-benchmarks/default_model/template_speedups.json}" ] &&
+        favor=(--favor-fast "${FAVOR_FAST-benchmarks/default_model/template_speedups.json}")
+    dice data tasks "$work/train.jsonl" --count "${TASKS:-20000}" --seed 1 "${favor[@]}" | tee "$logs/tasks.log"
     rm -rf "$work/heldout"
     dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2 | tee -a "$logs/tasks.log"
     # The GPU checks of the data run beside training, on the CPU cores it leaves: every template (PER_TEMPLATE instances,
@@ -28,7 +34,8 @@ train() {
     head -n 48 "$work/train.jsonl" >"$work/sample.jsonl"
     (
         [ "${CHECKS:-1}" = 0 ] && exit 0  # CHECKS=0: a dry run of the recipe on a machine without a GPU
-        timeout 300 python3 benchmarks/tasks_verify.py --per-template "${PER_TEMPLATE:-1}" --workers "$workers" >"$logs/verify.log" 2>&1
+        timeout 300 python3 benchmarks/tasks_verify.py --per-template "${PER_TEMPLATE:-1}" --workers "$workers" \
+            --json "$logs/template_speedups.json" >"$logs/verify.log" 2>&1
         timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 \
             --workers "$workers" >"$logs/curate.log" 2>&1
     ) &

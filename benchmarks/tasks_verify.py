@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import statistics
 import sys
 import time
@@ -31,6 +32,8 @@ def main() -> int:
     parser.add_argument("--tol", type=float, default=1e-2, help="atol = rtol (1e-2 as KernelBench v0.1; 1e-4 strict)")
     parser.add_argument("--workers", type=int, default=None, help="parallel builds (default: all cores)")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    parser.add_argument("--json", metavar="PATH", help="also write each template's median speedup (null when none "
+                        "was correct) as JSON, for `dice-lsp data tasks --favor-fast`")
     args = parser.parse_args()
 
     tasks = [render(family, name, args.seed + i) for family in args.families for name in templates(family)
@@ -40,12 +43,13 @@ def main() -> int:
     reports = harness.check_many([(t.reference, t.solution) for t in tasks], options, args.workers)
     seconds = time.perf_counter() - started
 
-    rows, failures = [], []
+    rows, failures, medians = [], [], {}
     for family in args.families:
         for name in templates(family):
             pairs = [(t, r) for t, r in zip(tasks, reports) if t.family == family and t.template == name]
             correct = [r for _, r in pairs if r.correct and not any(f.severity == "warning" for f in r.findings)]
             speedups = [r.speedup_eager for r in correct if r.speedup_eager]
+            medians[f"{family}/{name}"] = round(statistics.median(speedups), 3) if speedups else None
             median = f"{statistics.median(speedups):.2f}" if speedups else "-"
             rows.append(f"| {family} | {name} | {len(correct)}/{len(pairs)} | {median} |")
             failures += [f"{t.family}/{t.template} ({t.shape_class}): {r.summary()}" for t, r in pairs
@@ -57,6 +61,8 @@ def main() -> int:
     for line in failures:
         print("FAILED", line)
 
+    if args.json:
+        Path(args.json).write_text(json.dumps(medians, indent=2) + "\n", encoding="utf-8")
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     section = [f"\n## task generator verification, {stamp}, {machine()}\n",
                f"`python benchmarks/tasks_verify.py --per-template {args.per_template} --tol {args.tol}`: "

@@ -214,8 +214,13 @@ class _Check:
         if options.baseline in ("compile", "both"):
             sides.append(("compile", reference, True))
         raw: dict[str, dict[str, Any]] = {}
-        for name, worker, compiled in sides:
-            answer = self.call(worker, "time", "time", options.run_timeout, compile=compiled)
+        answers = []
+        with process.quiet():  # no spare warms up beside a timed forward
+            for name, worker, compiled in sides:
+                answers.append((name, self.call(worker, "time", "time", options.run_timeout, compile=compiled)))
+                if name == "solution" and not answers[-1][1]["ok"]:
+                    break
+        for name, answer in answers:
             if not answer["ok"]:
                 if name == "solution":
                     self.findings.append(Finding("crash", f"forward raised {answer['error']} while timed",

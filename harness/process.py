@@ -28,6 +28,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)  # so `python -m harness.wor
 _spares: dict[tuple, list[Worker]] = {}
 _spares_lock = threading.Lock()
 _spare_count = 0
+_quiet_depth = 0  # how many timed regions are running now (spares stay stopped while any is)
 
 
 def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[str, str]:
@@ -136,6 +137,12 @@ class Worker:
         except OSError:
             return ""
 
+    def signal(self, number: int) -> None:
+        try:
+            os.kill(self.process.pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill(self) -> None:
         """Kill the worker and everything it started (compilers, ninja) by process group."""
         try:
@@ -194,8 +201,39 @@ def start(options: Options, extra_env: dict[str, str] | None = None) -> Worker:
         worker = spares.pop(0) if spares else None
         while len(spares) < _spare_count - (0 if worker else 1):
             spares.append(Worker(options, extra_env))
+            if _quiet_depth:
+                spares[-1].signal(signal.SIGSTOP)
         _spares[key] = spares
+    if worker is not None:
+        worker.signal(signal.SIGCONT)  # stopped by a timed region that is still running elsewhere
     return worker or Worker(options, extra_env)
+
+
+@contextlib.contextmanager
+def quiet():
+    """Every spare stopped (SIGSTOP) while the block runs, continued after: a spare warming up (importing torch,
+    creating a CUDA context) takes CPU from the timed process, and a kernel's time includes its host's launches.
+    On the H200 machine one re-check's eager time came out 2.8x the others' while the next check's spares started.
+    A spare whose caller dies while it is stopped is ended by the kernel (an orphaned stopped process group gets
+    SIGHUP), so none is left behind stopped."""
+    global _quiet_depth
+    with _spares_lock:
+        _quiet_depth += 1
+        if _quiet_depth == 1:
+            _signal_spares(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with _spares_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                _signal_spares(signal.SIGCONT)
+
+
+def _signal_spares(number: int) -> None:
+    for spares in _spares.values():
+        for worker in spares:
+            worker.signal(number)
 
 
 def close_spares() -> None:

@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="OUT is a folder in KernelBench layout for `dice-lsp eval`: OUT/levelN/K_family_template.py "
                             "(fusions are level 2, the rest level 1), and the known-good solutions under "
                             "OUT/solutions/ for `eval --solutions`")
+    tasks.add_argument("--favor-fast", metavar="SPEEDUPS", default=None,
+                       help="JSON of measured template speedups against eager (benchmarks/tasks_verify.py --json): "
+                            "draw each template in proportion to its speedup, clamped to 0.25-2")
     tasks.set_defaults(run=run_tasks)
 
 
@@ -60,12 +63,24 @@ def run_tasks(args: argparse.Namespace) -> int:
 
     from dice_lsp.cli import CommandError
     from engine.errors import EngineError
-    from engine.train.tasks import generate
+    from engine.train.tasks import generate, speed_weights
 
     if args.count < 1:
         raise CommandError("--count must be at least 1")
+    weights = None
+    if args.favor_fast:
+        try:
+            speedups = json.loads(Path(args.favor_fast).read_text(encoding="utf-8"))
+        except OSError as error:
+            raise CommandError(f"cannot read {args.favor_fast}: {error.strerror or error}") from None
+        except ValueError as error:
+            raise CommandError(f"{args.favor_fast} is not JSON: {error}") from None
+        if not isinstance(speedups, dict) or not all(v is None or isinstance(v, (int, float))
+                                                    for v in speedups.values()):
+            raise CommandError(f"{args.favor_fast} must map \"family/template\" to a speedup (a number or null)")
+        weights = speed_weights(speedups)
     try:
-        tasks = generate(args.seed, args.count, args.families, args.split)
+        tasks = generate(args.seed, args.count, args.families, args.split, weights)
     except EngineError as error:
         raise CommandError(str(error)) from None
     try:

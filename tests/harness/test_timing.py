@@ -22,3 +22,33 @@ def test_a_short_forward_gets_more_trials_up_to_ten_times_the_minimum():
 def test_the_budget_ends_the_extra_trials():
     result = timing.measure(lambda: time.sleep(0.01), torch.device("cpu"), trials=3, warmup=1, budget_s=0.1)
     assert 3 < result["trials"] < 30
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]  # R, S, T (stopped), ...
+
+
+def test_spares_are_stopped_while_a_timed_region_runs_and_continue_after(monkeypatch):
+    from harness import Options, process
+
+    options = Options(device="cpu")
+    process.close_spares()
+    monkeypatch.setattr(process, "_spare_count", 2)
+    try:
+        process.start(options).close()  # leaves one spare beside the worker it returns
+        spares = list(process._spares[process._spare_key(options, {})])
+        assert len(spares) == 1
+        with process.quiet():
+            with process.quiet():  # nested regions (several GPUs timing at once) keep them stopped until the last ends
+                pass
+            assert _state(spares[0].pid) == "T"
+            taken = process.start(options)  # a spare taken while stopped runs again; its replacement starts stopped
+            added = process._spares[process._spare_key(options, {})]
+            assert taken is spares[0] and _state(taken.pid) != "T"
+            assert all(_state(w.pid) == "T" for w in added)
+        assert all(_state(w.pid) != "T" for w in added)
+        assert taken.call("nothing", 60)["error"].startswith("AttributeError")  # it answers commands
+        taken.close()
+    finally:
+        process.close_spares()

@@ -6,6 +6,7 @@ These build a real C++ extension (CPU mode); the harness tests build the same on
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -70,7 +71,8 @@ async def test_saved_solution_is_checked_and_the_speedup_lands_on_model_new(clie
     [result] = headline(diagnostics)
     assert result.code == "correct", result.message
     assert result.severity == types.DiagnosticSeverity.Information
-    assert "x vs eager" in result.message and "20 timed trials" in result.message
+    timed = re.search(r"(\d+) timed trials", result.message)
+    assert "x vs eager" in result.message and timed and int(timed.group(1)) >= 20  # the settings' 20, or more
     assert text.splitlines()[result.range.start.line].startswith("class ModelNew")
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
     assert lenses[0].command.title.startswith("correct:") and lenses[1].command.title == "Benchmark"

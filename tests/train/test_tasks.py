@@ -112,6 +112,41 @@ def test_generate_refuses_unknown_families():
         generate(0, 3, ["convolution"])
 
 
+def test_template_weights_shift_the_draw_and_reject_what_is_not_a_template():
+    from collections import Counter
+
+    from engine.train.tasks import speed_weights
+
+    weights = speed_weights({"softmax/block_row": 0.18, "softmax/warp_row": 1.26, "softmax/column": 9.0,
+                             "softmax/two_kernel": None})
+    assert weights == {"softmax/block_row": 0.25, "softmax/warp_row": 1.26, "softmax/column": 2.0}
+    counts = Counter(t.template for t in generate(0, 400, ["softmax"], weights=weights))
+    assert counts["column"] > counts["warp_row"] > counts["block_row"] > 0
+    assert counts["two_kernel"] > counts["block_row"]  # no measurement: weight 1
+    never = Counter(t.template for t in generate(0, 60, ["softmax"], weights={"softmax/block_row": 0}))
+    assert "block_row" not in never and len(never) == len(templates("softmax")) - 1
+    with pytest.raises(TrainError, match="no template"):
+        generate(0, 3, weights={"softmax/fastest": 1.0})
+    with pytest.raises(TrainError, match="every template of softmax has weight 0"):
+        generate(0, 3, ["softmax"], weights={f"softmax/{name}": 0 for name in templates("softmax")})
+
+
+def test_data_tasks_favors_fast_templates_from_a_speedups_file(tmp_path):
+    speedups = tmp_path / "speedups.json"
+    speedups.write_text(json.dumps({f"norm/{name}": 0.0 for name in templates("norm")[1:]}))
+    target = tmp_path / "tasks.jsonl"
+    command = [sys.executable, "-m", "dice_lsp", "data", "tasks", str(target), "--count", "20", "--families", "norm",
+               "--split", "all", "--favor-fast", str(speedups)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    drawn = [json.loads(line)["template"] for line in target.read_text().splitlines()]
+    first = templates("norm")[0]  # the others are clamped to the floor: drawn, but rarely
+    assert drawn.count(first) > len(drawn) / 2
+    speedups.write_text("{not json")
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode != 0 and "is not JSON" in done.stderr
+
+
 def test_data_tasks_writes_pairs_curate_and_sft_read(tmp_path):
     target = tmp_path / "tasks.jsonl"
     done = subprocess.run([sys.executable, "-m", "dice_lsp", "data", "tasks", str(target), "--count", "12",

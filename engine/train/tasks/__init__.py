@@ -54,15 +54,33 @@ def render(family: str, template: str, seed: int) -> Task:
                 draft.reference, draft.solution)
 
 
+def speed_weights(speedups: dict[str, float | None], floor: float = 0.25, cap: float = 2.0) -> dict[str, float]:
+    """Template weights from measured speedups against eager ("family/template" -> median speedup, as
+    benchmarks/tasks_verify.py --json writes): a template is drawn in proportion to its speedup, clamped to
+    [floor, cap], so slow solutions stay in the data (for variety) but the model sees fast ones more often."""
+    weights = {}
+    for key, speedup in speedups.items():
+        if speedup is not None:
+            weights[key] = min(cap, max(floor, float(speedup)))
+    return weights
+
+
 def generate(seed: int, count: int, families: list[str] | tuple[str, ...] | None = None,
-             split: str = "all") -> list[Task]:
-    """`count` distinct tasks of `split`, the families taken in turn and a template drawn for each; reproducible."""
+             split: str = "all", weights: dict[str, float] | None = None) -> list[Task]:
+    """`count` distinct tasks of `split`, the families taken in turn and a template drawn for each; reproducible.
+    `weights` ("family/template" -> relative weight, 1 when missing) draws some templates more often than others."""
     chosen = tuple(families) if families else FAMILIES
     unknown = [f for f in chosen if f not in FAMILIES]
     if unknown:
         raise TrainError(f"unknown task families {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
     if split not in SPLITS:
         raise TrainError(f"unknown split {split!r}; choose train, heldout or all")
+    for key, weight in (weights or {}).items():
+        family, _, name = key.partition("/")
+        if (family, name) not in TEMPLATES:
+            raise TrainError(f"template weight for {key!r}, which is no template (write family/template)")
+        if weight < 0:
+            raise TrainError(f"template weight for {key} is negative ({weight})")
     rng = random.Random(seed)
     tasks: list[Task] = []
     seen: set[str] = set()
@@ -73,9 +91,19 @@ def generate(seed: int, count: int, families: list[str] | tuple[str, ...] | None
             raise TrainError(f"could only draw {len(tasks)} distinct {split} tasks of {', '.join(chosen)}; "
                              "ask for fewer or allow more families")
         family = chosen[len(tasks) % len(chosen)]
-        task = render(family, rng.choice(templates(family)), rng.getrandbits(48))
+        task = render(family, _draw(rng, family, weights), rng.getrandbits(48))
         if split != "all" and task.split != split or task.solution in seen:
             continue
         seen.add(task.solution)
         tasks.append(task)
     return tasks
+
+
+def _draw(rng: random.Random, family: str, weights: dict[str, float] | None) -> str:
+    names = templates(family)
+    if not weights:
+        return rng.choice(names)  # as before weights existed: the same seed still gives the same tasks
+    chances = [weights.get(f"{family}/{name}", 1.0) for name in names]
+    if not any(chances):
+        raise TrainError(f"every template of {family} has weight 0; give one a weight or leave the family out")
+    return rng.choices(names, chances)[0]
