@@ -29,6 +29,7 @@ _spares: dict[tuple, list[Worker]] = {}
 _spares_lock = threading.Lock()
 _spare_count = 0
 _quiet_depth = 0  # how many timed regions are running now (spares stay stopped while any is)
+_guards: list[subprocess.Popen] = []  # one per group of stopped spares: continues them if this process dies
 
 
 def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[str, str]:
@@ -202,7 +203,7 @@ def start(options: Options, extra_env: dict[str, str] | None = None) -> Worker:
         while len(spares) < _spare_count - (0 if worker else 1):
             spares.append(Worker(options, extra_env))
             if _quiet_depth:
-                spares[-1].signal(signal.SIGSTOP)
+                _stop([spares[-1]])
         _spares[key] = spares
     if worker is not None:
         worker.signal(signal.SIGCONT)  # stopped by a timed region that is still running elsewhere
@@ -213,21 +214,45 @@ def start(options: Options, extra_env: dict[str, str] | None = None) -> Worker:
 def quiet():
     """Every spare stopped (SIGSTOP) while the block runs, continued after: a spare warming up (importing torch,
     creating a CUDA context) takes CPU from the timed process, and a kernel's time includes its host's launches.
-    On the H200 machine one re-check's eager time came out 2.8x the others' while the next check's spares started.
-    A spare whose caller dies while it is stopped is ended by the kernel (an orphaned stopped process group gets
-    SIGHUP), so none is left behind stopped."""
+    On the H200 machine one re-check's eager time came out 2.8x the others' while the next check's spares started."""
     global _quiet_depth
     with _spares_lock:
         _quiet_depth += 1
         if _quiet_depth == 1:
-            _signal_spares(signal.SIGSTOP)
+            _stop([w for spares in _spares.values() for w in spares])
     try:
         yield
     finally:
         with _spares_lock:
             _quiet_depth -= 1
             if _quiet_depth == 0:
-                _signal_spares(signal.SIGCONT)
+                _continue()
+
+
+def _stop(workers: list[Worker]) -> None:
+    """Stop `workers`, and start a guard that continues them once its stdin closes: when `quiet` ends, or when this
+    process dies first. Nothing else would: a worker leads its own session, so its process group is orphaned from
+    the start and the kernel's SIGHUP + SIGCONT to newly orphaned groups never comes; it would stay stopped, holding
+    its memory and CUDA context, with nobody left to kill it."""
+    pids = [str(w.pid) for w in workers if w.process.poll() is None]
+    if not pids:
+        return
+    _guards.append(subprocess.Popen(
+        ["/bin/sh", "-c", 'cat >/dev/null; kill -CONT "$@" 2>/dev/null', "dice-spare-guard", *pids],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    for worker in workers:
+        worker.signal(signal.SIGSTOP)
+
+
+def _continue() -> None:
+    _signal_spares(signal.SIGCONT)
+    while _guards:
+        guard = _guards.pop()
+        guard.stdin.close()
+        try:
+            guard.wait(5)
+        except subprocess.TimeoutExpired:
+            guard.kill()
 
 
 def _signal_spares(number: int) -> None:

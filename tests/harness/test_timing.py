@@ -52,3 +52,45 @@ def test_spares_are_stopped_while_a_timed_region_runs_and_continue_after(monkeyp
         taken.close()
     finally:
         process.close_spares()
+
+
+def test_spares_stopped_when_their_caller_dies_are_continued_and_end(tmp_path):
+    """The caller is killed inside a timed region: its guard continues the stopped spares, which see their stdin
+    close and exit, so no stopped worker is left holding memory."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, signal, time\n"
+        "from harness import Options, process\n"
+        "process.keep_warm(2)\n"
+        "options = Options(device='cpu')\n"
+        "process.start(options).close(); process.start(options).close()\n"
+        "spares = process._spares[process._spare_key(options, {})]\n"
+        "with process.quiet():\n"
+        "    print(' '.join(str(w.pid) for w in spares), flush=True)\n"
+        "    time.sleep(1)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    pids = [int(p) for p in done.stdout.split()]
+    assert done.returncode == -9 and len(pids) == 2, done.stderr
+
+    def alive(pid: int) -> bool:
+        try:
+            return _state(pid) not in ("Z", "X")
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 90
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stopped = [pid for pid in pids if alive(pid) and _state(pid) == "T"]
+    for pid in pids:  # leave nothing behind, whatever the outcome
+        if alive(pid):
+            os.kill(pid, 9)
+    assert not stopped, "spares left stopped after their caller died"
+    assert not any(alive(pid) for pid in pids)
