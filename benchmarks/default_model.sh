@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # How the bundled default model is made (issue 9), in two device calls on one GPU machine, from the repo root:
 #   OUT=/some/dir bash benchmarks/default_model.sh train   # tasks, template check + curate sample, tokenizer, SFT
+#   OUT=/some/dir bash benchmarks/default_model.sh more    # continue a training run paused by STOP_AFTER
 #   OUT=/some/dir bash benchmarks/default_model.sh eval    # dice-lsp eval on the held-out split
 #   OUT=/some/dir bash benchmarks/default_model.sh all     # both in one call; EVAL_LIMIT (seconds) or DEADLINE (epoch seconds)
 #                                                            bound the eval
 # `train` leaves the run in $WORK and packs final/ into $OUT/model.tar.part-* (device files are at most 16 MiB);
 # `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between. Each stage's logs
 # come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
-# Knobs (environment): FAVOR_FAST (template speedups JSON; empty: draw templates evenly), CHECKS, PER_TEMPLATE,
-#   TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
+# Knobs (environment): STOP_AFTER, FAVOR_FAST (template speedups JSON; empty: draw templates evenly), CHECKS,
+#   PER_TEMPLATE, TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
-stage="${1:?usage: default_model.sh train|eval}"
+stage="${1:?usage: default_model.sh train|more|eval|all}"
 out="${OUT:-/tmp/dice-default-out}"
 work="${WORK:-/tmp/dice-default}"
 logs="$work/logs"
@@ -42,11 +43,18 @@ train() {
     checks=$!
     # shellcheck disable=SC2086
     dice train init --data "$work/train.jsonl" --out "$work/init" ${INIT_ARGS:-} | tee "$logs/init.log"
-    dice train sft --model "$work/init" --data "$work/train.jsonl" --out "$work/run" --no-resume --no-progress \
-        --time-limit "${TRAIN_SECONDS:-300}" --epochs 50 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" \
-        --warmup-steps 50 --weight-decay 0.1 --cutoff "${CUTOFF:-3072}" --token-budget "${BUDGET:-24576}" \
-        --save-every 100000 2>&1 | tee "$logs/sft.log"
+    sft --no-resume
     echo "$checks" >"$work/checks.pid"
+}
+
+# SFT for TRAIN_SECONDS in all; STOP_AFTER (seconds) ends this call's piece early, and `more` continues the run on
+# the same machine in the next call, the learning rate still scheduled over all of TRAIN_SECONDS.
+sft() {
+    dice train sft --model "$work/init" --data "$work/train.jsonl" --out "$work/run" --no-progress "$@" \
+        --time-limit "${TRAIN_SECONDS:-300}" ${STOP_AFTER:+--stop-after "$STOP_AFTER"} --epochs 50 \
+        --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --warmup-steps 50 --weight-decay 0.1 \
+        --cutoff "${CUTOFF:-3072}" --token-budget "${BUDGET:-24576}" --save-every 100000 2>&1 | tee -a "$logs/sft.log"
+    rm -f "$out"/model.tar.part-*
     tar -C "$work/run" -cf - final metrics.jsonl loss.png | split -b 15m - "$out/model.tar.part-"
 }
 
@@ -78,7 +86,8 @@ evaluate() {
 
 case "$stage" in
     train) train && finish_checks ;;
+    more) sft && finish_checks ;;
     eval) evaluate ;;
     all) train && evaluate; finish_checks ;;
-    *) echo "unknown stage $stage: use train, eval or all" >&2; exit 2 ;;
+    *) echo "unknown stage $stage: use train, more, eval or all" >&2; exit 2 ;;
 esac

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 SHAPE_OPTIONS = (
@@ -45,6 +46,9 @@ def _common(parser: argparse.ArgumentParser, lr: float) -> None:
     parser.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
                         help="stop after this much training, resumes included; the learning rate then decays with "
                              "the clock instead of the step count (0 = no limit)")
+    parser.add_argument("--stop-after", type=float, default=0.0, metavar="SECONDS",
+                        help="stop this run after this much training and save it; the same command continues it "
+                             "(with --time-limit, the schedule spans the whole limit across the pieces)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -96,7 +100,8 @@ def _run_config(args):
                      lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, precision=args.precision,
                      gradient_checkpointing=args.gradient_checkpointing, attention=args.attention,
                      device=args.device, fsdp=args.fsdp, save_every=args.save_every, keep=args.keep,
-                     resume=not args.no_resume, progress=not args.no_progress, time_limit=args.time_limit)
+                     resume=not args.no_resume, progress=not args.no_progress, time_limit=args.time_limit,
+                     stop_after=args.stop_after)
 
 
 def _guarded(action):
@@ -125,9 +130,18 @@ def run_sft(args: argparse.Namespace) -> int:
     config = SFTConfig(data=args.data, epochs=args.epochs, batch_size=args.batch_size, cutoff=args.cutoff,
                        token_budget=args.token_budget, kinds=kinds, max_steps=args.max_steps)
     summary = _guarded(lambda: train(_run_config(args), config))
-    if summary.get("final"):
-        print(json.dumps(summary, indent=2))
+    _report(summary, args)
     return 0
+
+
+def _report(summary: dict, args: argparse.Namespace) -> None:
+    """The run's summary as JSON on stdout (rank 0 only); a paused run also says how to go on."""
+    if not summary.get("final"):
+        return
+    print(json.dumps(summary, indent=2, default=str))
+    if summary.get("paused"):
+        print(f"paused after --stop-after {args.stop_after:g} s at step {summary['steps']}; {args.out} holds a "
+              "checkpoint: run the same command again to continue", file=sys.stderr)
 
 
 def run_rl(args: argparse.Namespace) -> int:
@@ -139,6 +153,5 @@ def run_rl(args: argparse.Namespace) -> int:
                       speed_weight=args.speed_weight, token_budget=args.token_budget,
                       harness={"device": args.harness_device})
     summary = _guarded(lambda: train(_run_config(args), config))
-    if summary.get("final"):
-        print(json.dumps(summary, indent=2, default=str))
+    _report(summary, args)
     return 0

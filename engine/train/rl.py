@@ -67,7 +67,8 @@ def train(run_config: RunConfig, config: RLConfig) -> dict:
         bar.close()
         run.state = {"stage": config.stage}
         final = run.finish()
-        return {"final": str(final) if final else None, "steps": run.step, "last": last}
+        return {"final": str(final) if final else None, "steps": run.step, "last": last,
+                "paused": run.step < total and run.paused()}
     finally:
         run.close()
 

@@ -47,6 +47,9 @@ class RunConfig:
     # Stop after this many seconds of training (0 = none), resumes included; the schedule then follows the clock,
     # so the run is not reproducible step for step, but it ends on time with the learning rate fully decayed.
     time_limit: float = 0.0
+    # Stop this process after this many seconds of training (0 = none) and save: the same command resumes, and with
+    # time_limit the schedule spans the whole limit across such slices (machines lent for minutes at a time).
+    stop_after: float = 0.0
 
 
 class Run:
@@ -145,7 +148,7 @@ class Run:
     def optimizer_step(self) -> dict:
         params = [p for p in self.trained.parameters() if p.requires_grad]
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
-        if self.config.time_limit:  # rank 0's clock, so every rank takes the same learning rate
+        if self.config.time_limit or self.config.stop_after:  # rank 0's clock: every rank decides alike
             mine = self.trained_seconds + time.monotonic() - self.started if self.world.main else 0.0
             self.clock = distributed.all_sum(mine, self.world, self.device)
         self.optimizer.step()
@@ -156,8 +159,13 @@ class Run:
         return {"grad_norm": float(norm), "lr": self.scheduler.get_last_lr()[0]}
 
     def out_of_time(self) -> bool:
-        """True once the run has trained for --time-limit seconds (every rank gets the same answer)."""
-        return bool(self.config.time_limit) and self.clock >= self.config.time_limit
+        """True once the run has trained for --time-limit seconds, or this process for --stop-after seconds (every
+        rank gets the same answer)."""
+        return bool(self.config.time_limit) and self.clock >= self.config.time_limit or self.paused()
+
+    def paused(self) -> bool:
+        """This process stopped at --stop-after, not at the end of the run: the same command continues it."""
+        return bool(self.config.stop_after) and self.clock - self.trained_seconds >= self.config.stop_after
 
     def log(self, record: dict) -> None:
         self.metrics.write({"step": self.step, **record})

@@ -128,7 +128,7 @@ def train(run_config: RunConfig, config: SFTConfig) -> dict:
         bar.close()
         final = run.finish()
         return {"final": str(final) if final else None, "steps": run.step, "samples": len(samples),
-                "stopped_by_time_limit": run.step < total,
+                "stopped_by_time_limit": run.step < total, "paused": run.step < total and run.paused(),
                 "skipped": skipped, "resumed_from": str(run.resumed_from) if run.resumed_from else None}
     finally:
         if run is not None:

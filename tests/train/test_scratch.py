@@ -82,6 +82,23 @@ def test_time_limit_stops_the_run_and_finishes_the_schedule(scratch_model, tasks
     assert load(summary["final"], device="cpu").config.hidden_size == 32
 
 
+def test_stop_after_pauses_the_run_and_the_same_command_continues_it(scratch_model, tasks_jsonl, tmp_path, capsys):
+    out = tmp_path / "run"
+    command = ["train", "sft", "--model", str(scratch_model), "--data", str(tasks_jsonl), "--out", str(out),
+               "--epochs", "50", "--batch-size", "2", "--cutoff", "4096", "--kinds", "e2e", "--lr", "1e-3",
+               "--no-progress", "--time-limit", "3600", "--stop-after", "1e-6"]
+    for piece in (1, 2):
+        assert main(command) == 0
+        captured = capsys.readouterr()
+        summary = json.loads(captured.out)
+        assert summary["paused"] is True and summary["steps"] == piece
+        assert (summary["resumed_from"] is None) == (piece == 1)
+        assert "run the same command again to continue" in captured.err
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["lr"] > 9e-4 for r in records)  # the schedule spans the hour of --time-limit, not the pieces
+
+
 def test_kernelbench_layout_is_what_eval_reads(tmp_path, capsys):
     from dice_lsp.evaluation.problems import find_problems, solution_files
 
