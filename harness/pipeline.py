@@ -214,22 +214,18 @@ class _Check:
         if options.baseline in ("compile", "both"):
             sides.append(("compile", reference, True))
         raw: dict[str, dict[str, Any]] = {}
-        answers = []
         with process.quiet():  # no spare warms up beside a timed forward
             for name, worker, compiled in sides:
-                answers.append((name, self.call(worker, "time", "time", options.run_timeout, compile=compiled)))
-                if name == "solution" and not answers[-1][1]["ok"]:
-                    break
-        for name, answer in answers:
-            if not answer["ok"]:
-                if name == "solution":
-                    self.findings.append(Finding("crash", f"forward raised {answer['error']} while timed",
-                                                 self.forward_span(), "error"))
-                    self.stage("time", started, "failed", answer["error"])
-                    return self.report("crashed", answer["error"], log=answer["traceback"])
-                self.stage("time", started, "failed", f"{name}: {answer['error']}")
-                continue
-            raw[name] = answer["timing"]
+                answer = self.call(worker, "time", "time", options.run_timeout, compile=compiled)
+                if not answer["ok"]:
+                    if name == "solution":
+                        self.findings.append(Finding("crash", f"forward raised {answer['error']} while timed",
+                                                     self.forward_span(), "error"))
+                        self.stage("time", started, "failed", answer["error"])
+                        return self.report("crashed", answer["error"], log=answer["traceback"])
+                    self.stage("time", started, "failed", f"{name}: {answer['error']}")
+                    continue
+                raw[name] = answer["timing"]
         timings = {k: Timing(**{f: v[f] for f in Timing.__dataclass_fields__}) for k, v in raw.items()}
         self.fields["timings"] = timings
         escaped = any(v.get("disagrees") for v in raw.values())
