@@ -83,7 +83,7 @@ def main() -> None:
     solution = unique(fixture, "second")
     seconds, report = check_seconds(reference, solution, options)
     rows.append(("check, cold (header built)", seconds, f"{report.build_mode}; {report.summary()}"))
-    harness.keep_warm(2)
+    harness.keep_warm()
     harness.check(reference, solution, options)  # starts the spares
     time.sleep(5)
     speedups = []

@@ -33,7 +33,7 @@ class CheckRunner:
                 from harness.options import Options
 
                 options = Options.from_settings(settings)
-                harness.keep_warm(2)  # started workers (reference, solution) waits for the next save: re-checks skip torch's import
+                harness.keep_warm()  # started workers wait for the next save: re-checks skip torch's import
                 report = harness.check(reference, solution, options, cancel=cancel)
             except Exception as error:  # a harness bug must surface as a report, never kill the server
                 log.exception("check failed")

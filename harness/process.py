@@ -171,10 +171,13 @@ def _spare_key(options: Options, extra: dict[str, str]) -> tuple:
             tuple(sorted(extra.items())))
 
 
-def keep_warm(count: int) -> None:
-    """Keep `count` started workers (torch already imported) per configuration, so a re-check skips the start-up."""
+def keep_warm(count: int | None = None) -> None:
+    """Keep `count` started workers (torch already imported) per configuration, so a re-check skips the start-up.
+    None: two checks' worth (4) where there are 8 cores or more, else one check's (2). A spare needs ~6 s to warm
+    up on the H200 machine (torch, the CUDA context, the profiler's imports); with one check's worth, a save within
+    6 s of the last took half-warm workers (a 5-6 s re-check instead of 0.6 s), and the second pair covers that."""
     global _spare_count
-    _spare_count = count
+    _spare_count = count if count is not None else (4 if (os.cpu_count() or 1) >= 8 else 2)
 
 
 @contextlib.contextmanager

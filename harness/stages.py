@@ -133,16 +133,20 @@ def inspect(side: Side, command: dict[str, Any]) -> dict[str, Any]:
 
 
 def time(side: Side, command: dict[str, Any]) -> dict[str, Any]:
-    """Time forward on the first trial's inputs: the solution, or the reference eager or under torch.compile."""
+    """Time forward on the first trial's inputs: the solution, or the reference eager or under torch.compile.
+    One round of several: the command says how many trials, warm-up forwards and seconds this round gets."""
     options = side.options
     runtime.set_precision(options["tf32"], options["cudnn_tf32"])
     inputs = verify.to_device(side.trials[0][1], side.device)
     model = side.model
     if command.get("compile"):
-        model = torch.compile(side.model)
-    result = timing.measure(lambda: model(*inputs), side.device, options["timing_trials"], options["warmup_trials"],
-                            options.get("timing_budget_s", 0.0))
-    result["disagrees"] = timing.timer_disagrees(result, options["timer_tolerance"])
+        if side.compiled is None:  # compiled once; later rounds reuse it
+            side.compiled = torch.compile(side.model)
+        model = side.compiled
+    result = timing.measure(lambda: model(*inputs), side.device, command.get("trials", options["timing_trials"]),
+                            command.get("warmup", options["warmup_trials"]),
+                            command.get("budget_s", options.get("timing_budget_s", 0.0)),
+                            command.get("warm_s", 0.0))
     return {"timing": result, **runtime.precision_state()}
 
 

@@ -11,18 +11,13 @@ from typing import Any, Callable
 
 import torch
 
+from harness.samples import summary
+
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
-
-
-def _summary(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    q = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
-    return {"median_ms": statistics.median(ordered), "spread_ms": q[2] - q[0], "min_ms": ordered[0],
-            "max_ms": ordered[-1]}
 
 
 def _flusher(device: torch.device) -> Callable[[], None]:
@@ -34,7 +29,7 @@ def _flusher(device: torch.device) -> Callable[[], None]:
 
 
 def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmup: int,
-            budget_s: float = 0.0) -> dict[str, Any]:
+            budget_s: float = 0.0, warm_s: float = 0.0) -> dict[str, Any]:
     """Median and spread of `forward`; on CUDA also the host-clock median, which sees work on every stream.
 
     At least `trials` trials; a short forward gets more, until the timed loop has run `budget_s` seconds (at most
@@ -44,13 +39,20 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
     forward while the GPU still flushes, so the events time forward's GPU work and not the host's launch latency
     (which a synchronize before the start event would add to every trial of a microsecond kernel). The host clock
     spans flush and forward up to a device-wide synchronize; the flush's own GPU time is taken off it.
+
+    Warm-up runs at least `warmup` forwards and, with the flush, at least `warm_s` seconds without a synchronize:
+    an idle H200 sits at a fraction of its boost clock, and a microsecond kernel timed before the clock is up
+    comes out several times slower.
     """
     flush = _flusher(device)
     cuda = device.type == "cuda"
     sync = (lambda: _synchronize(device)) if cuda else (lambda: None)
     with torch.no_grad():
-        for _ in range(max(warmup, 1)):
+        warmed, warm_started = 0, _perf_counter()
+        while warmed < max(warmup, 1) or (cuda and _perf_counter() - warm_started < warm_s):
+            flush()
             forward()
+            warmed += 1
         sync()
         events, host = [], []
         limit, loop_started = max(trials, 1) * 10, _perf_counter()
@@ -74,8 +76,9 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
                 host.append((_perf_counter() - h0) * 1e3)
         overhead = _sync_overhead(sync) if cuda else 0.0
     samples = events if cuda else host
-    return {**_summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
-            "clock": "cuda-events" if cuda else "host", "overhead_ms": overhead}
+    return {**summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
+            "clock": "cuda-events" if cuda else "host", "overhead_ms": overhead, "samples": samples,
+            "host_samples": host}
 
 
 def _sync_overhead(sync: Callable[[], None], repeats: int = 20) -> float:
@@ -90,11 +93,3 @@ def _sync_overhead(sync: Callable[[], None], repeats: int = 20) -> float:
         sync()
         samples.append((_perf_counter() - h0) * 1e3)
     return statistics.median(samples)
-
-
-def timer_disagrees(timing: dict[str, Any], tolerance: float) -> bool:
-    """Host time over a device-wide sync well above event time: work escaped the timed stream."""
-    if timing.get("clock") != "cuda-events":
-        return False
-    host = timing["host_median_ms"] - timing.get("overhead_ms", 0.0)
-    return host > timing["median_ms"] * (1 + tolerance) + 0.05

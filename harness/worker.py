@@ -37,6 +37,7 @@ class Side:
     def __init__(self) -> None:
         self.module: Any = None
         self.model: Any = None
+        self.compiled: Any = None  # the reference under torch.compile, made by the first compile timing round
         self.device: Any = None
         self.trials: list[tuple[int, list[Any]]] = []
         self.expected: list[list[Any]] = []

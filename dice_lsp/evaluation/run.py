@@ -21,8 +21,8 @@ from dice_lsp.evaluation.sources import Kernel, Source
 
 SETTINGS_FILE = "run.json"
 # Options that change what a record says; a resumed run must use the same ones. Time limits and caches may change.
-_RESULT_OPTIONS = ("correctness_trials", "timing_trials", "warmup_trials", "timing_budget_s", "atol", "rtol", "seed",
-                   "baseline", "tf32", "cudnn_tf32", "device", "light_build")
+_RESULT_OPTIONS = ("correctness_trials", "timing_trials", "warmup_trials", "timing_budget_s", "timing_rounds",
+                   "warmup_s", "atol", "rtol", "seed", "baseline", "tf32", "cudnn_tf32", "device", "light_build")
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,14 @@ def test_correct_solution_is_verified_and_timed(files, options):
     assert Report.from_json(report.to_json()) == report
 
 
+def test_sides_are_timed_in_rounds_and_pooled(files, options):
+    """Each side gets ceil(trials / rounds) trials a round, so 7 trials over 3 rounds pool to 9 samples a side."""
+    report = check(files, "return self.ext.add_values(a, b)",
+                   options.with_(timing_trials=7, timing_rounds=3, timing_budget_s=0.0))
+    assert report.status == "correct", report.summary()
+    assert {name: t.trials for name, t in report.timings.items()} == {"solution": 9, "eager": 9}
+
+
 def test_recheck_of_an_unchanged_file_does_not_rebuild(files, options):
     check(files, "return self.ext.add_values(a, b)", options)
     report = check(files, "return self.ext.add_values(a, b)", options)

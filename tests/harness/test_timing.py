@@ -24,6 +24,26 @@ def test_the_budget_ends_the_extra_trials():
     assert 3 < result["trials"] < 30
 
 
+def test_rounds_pool_into_one_median_over_every_sample():
+    from harness import samples
+
+    first = timing.measure(lambda: time.sleep(0.001), torch.device("cpu"), trials=3, warmup=1)
+    second = {**first, "samples": [100.0, 100.0, 100.0], "host_samples": [100.0, 100.0, 100.0]}
+    pooled = samples.pool([first, second])
+    assert pooled["trials"] == 6 and pooled["rounds"] == 2 and pooled["max_ms"] == 100.0
+    assert first["median_ms"] < pooled["median_ms"] < 100.0  # the middle of all six, not of either round
+
+
+def test_two_checks_worth_of_spares_where_the_cores_allow(monkeypatch):
+    from harness import process
+
+    for cores, spares in ((2, 2), (16, 4)):
+        monkeypatch.setattr(process.os, "cpu_count", lambda: cores)
+        process.keep_warm()
+        assert process._spare_count == spares
+    process.keep_warm(0)
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0]  # R, S, T (stopped), ...
