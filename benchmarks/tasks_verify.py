@@ -29,31 +29,36 @@ def main() -> int:
     parser.add_argument("--per-template", type=int, default=3, help="instances of each template (seeds 0..N-1)")
     parser.add_argument("--seed", type=int, default=0, help="first instance seed")
     parser.add_argument("--families", nargs="*", default=list(FAMILIES))
+    parser.add_argument("--templates", nargs="*", metavar="FAMILY/TEMPLATE",
+                        help="only these templates (default: every template of --families)")
     parser.add_argument("--tol", type=float, default=1e-2, help="atol = rtol (1e-2 as KernelBench v0.1; 1e-4 strict)")
     parser.add_argument("--workers", type=int, default=None, help="parallel builds (default: all cores)")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     parser.add_argument("--json", metavar="PATH", help="also write each template's median speedup (null when none "
-                        "was correct) as JSON, for `dice-lsp data tasks --favor-fast`")
+                        "was correct) as JSON, for `dice-lsp data tasks --favor-fast`; an existing file keeps "
+                        "the other templates' entries")
     args = parser.parse_args()
 
-    tasks = [render(family, name, args.seed + i) for family in args.families for name in templates(family)
-             for i in range(args.per_template)]
+    chosen = [(family, name) for family in args.families for name in templates(family)
+              if not args.templates or f"{family}/{name}" in args.templates]
+    if not chosen:
+        parser.error(f"no template matches {' '.join(args.templates or [])}; write family/template")
+    tasks = [render(family, name, args.seed + i) for family, name in chosen for i in range(args.per_template)]
     options = harness.Options(atol=args.tol, rtol=args.tol, baseline="eager", timing_trials=50, warmup_trials=5)
     started = time.perf_counter()
     reports = harness.check_many([(t.reference, t.solution) for t in tasks], options, args.workers)
     seconds = time.perf_counter() - started
 
     rows, failures, medians = [], [], {}
-    for family in args.families:
-        for name in templates(family):
-            pairs = [(t, r) for t, r in zip(tasks, reports) if t.family == family and t.template == name]
-            correct = [r for _, r in pairs if r.correct and not any(f.severity == "warning" for f in r.findings)]
-            speedups = [r.speedup_eager for r in correct if r.speedup_eager]
-            medians[f"{family}/{name}"] = round(statistics.median(speedups), 3) if speedups else None
-            median = f"{statistics.median(speedups):.2f}" if speedups else "-"
-            rows.append(f"| {family} | {name} | {len(correct)}/{len(pairs)} | {median} |")
-            failures += [f"{t.family}/{t.template} ({t.shape_class}): {r.summary()}" for t, r in pairs
-                         if r not in correct]
+    for family, name in chosen:
+        pairs = [(t, r) for t, r in zip(tasks, reports) if t.family == family and t.template == name]
+        correct = [r for _, r in pairs if r.correct and not any(f.severity == "warning" for f in r.findings)]
+        speedups = [r.speedup_eager for r in correct if r.speedup_eager]
+        medians[f"{family}/{name}"] = round(statistics.median(speedups), 3) if speedups else None
+        median = f"{statistics.median(speedups):.2f}" if speedups else "-"
+        rows.append(f"| {family} | {name} | {len(correct)}/{len(pairs)} | {median} |")
+        failures += [f"{t.family}/{t.template} ({t.shape_class}): {r.summary()}" for t, r in pairs
+                     if r not in correct]
     total = sum(1 for r in reports if r.correct)
     table = ["| family | template | correct | median speedup (eager) |", "| --- | --- | --- | --- |"] + rows
     print("\n".join(table))
@@ -62,7 +67,10 @@ def main() -> int:
         print("FAILED", line)
 
     if args.json:
-        Path(args.json).write_text(json.dumps(medians, indent=2) + "\n", encoding="utf-8")
+        target = Path(args.json)
+        # a run over some templates updates their entries in an existing file and keeps the others
+        known = json.loads(target.read_text(encoding="utf-8")) if target.exists() else {}
+        target.write_text(json.dumps({**known, **medians}, indent=2) + "\n", encoding="utf-8")
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     section = [f"\n## task generator verification, {stamp}, {machine()}\n",
                f"`python benchmarks/tasks_verify.py --per-template {args.per_template} --tol {args.tol}`: "

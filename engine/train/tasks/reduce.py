@@ -1,7 +1,8 @@
 """Tasks that reduce along a dimension: sum / mean / max / min, softmax and log-softmax (and scale + softmax).
 
-Templates: one thread per output (any dim), one warp per row with shuffles, one block per row with a shared-memory
-tree, and for softmax a two-kernel version (row statistics, then a normalising pass).
+Templates: one thread per output for any dim (one block per row when the dim is the last, contiguous one), one warp
+per row with shuffles, one block per row with a shared-memory tree, and for softmax a two-kernel version (row
+statistics, then a normalising pass).
 """
 
 from __future__ import annotations
@@ -64,14 +65,42 @@ __global__ void ${kernel}(const float*${ptr} x, float*${ptr} y, ${idx} outer, ${
     y[t] = ${final};
 }
 
+// ${what} along the last dim (inner == 1): one block per row reads it coalesced; a shuffle tree in each warp,
+// then one over the warps' results
+__global__ void ${row_kernel}(const float*${ptr} x, float*${ptr} y, int r) {
+    __shared__ float warp_acc[32];
+    const float* in = x + (${idx})blockIdx.x * r;
+    float acc = ${init};
+    for (int k = threadIdx.x; k < r; k += blockDim.x) {
+        acc = ${combine_fn}(acc, in[k]);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        acc = ${combine_fn}(acc, __shfl_down_sync(0xffffffff, acc, offset));
+    }
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) warp_acc[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        acc = lane < (int)(blockDim.x / 32) ? warp_acc[lane] : ${init};
+        for (int offset = 16; offset > 0; offset /= 2) {
+            acc = ${combine_fn}(acc, __shfl_down_sync(0xffffffff, acc, offset));
+        }
+        if (lane == 0) y[blockIdx.x] = ${final};
+    }
+}
+
 torch::Tensor ${host}(torch::Tensor x, int64_t dim) {
 ${inputs}
 ${geometry}
 ${shape}
     const int threads = ${block};
-    const int blocks = (int)((outer * inner + threads - 1) / threads);
 ${stream}
-    ${kernel}<<<blocks, threads, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), outer, r, inner);
+    if (inner == 1) {
+        ${row_kernel}<<<(unsigned)outer, threads, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), (int)r);
+    } else {
+        const int blocks = (int)((outer * inner + threads - 1) / threads);
+        ${kernel}<<<blocks, threads, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), outer, r, inner);
+    }
 ${checked}
     return y;
 }
@@ -174,7 +203,8 @@ def _reduce_task(rng: random.Random, name: str) -> Draft:
     cuda = style.fill(_REDUCE_TEMPLATES[name], includes=style.includes("cfloat"), kernel=style.kernel(),
                       combine=op.combine, combine_fn=f"combine_{op.stem}" if style.naming < 2 else f"{op.stem}_op",
                       init=op.init, final=op.final, what=op.stem, inputs=style.inputs("x"), geometry=_GEOMETRY,
-                      shape=shape_lines, threads_name="THREADS" if style.naming % 2 else "BLOCK_SIZE")
+                      shape=shape_lines, threads_name="THREADS" if style.naming % 2 else "BLOCK_SIZE",
+                      row_kernel=style.kernel("rows"))
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor x, int64_t dim);",
                              init_params="dim: int", init_body="self.dim = dim", forward_params="x",
                              call_args=f"{style.arg('x')}, self.dim")
@@ -330,7 +360,42 @@ ${checked_again}
 
 _COLUMN_SOFTMAX = """${includes}
 
-// ${what} along any dim: [outer, r, inner], one thread per (outer, inner) column, three sweeps down the column
+// a block-wide ${reduce_what}: a shuffle tree in each warp, then every warp combines the warps' results
+__device__ float ${block_reduce}(float v, float* scratch, bool is_max) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        float other = __shfl_xor_sync(0xffffffff, v, offset);
+        v = is_max ? fmaxf(v, other) : v + other;
+    }
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+    __syncthreads();
+    int lane = threadIdx.x % 32;
+    v = lane < (int)(blockDim.x / 32) ? scratch[lane] : (is_max ? -FLT_MAX : 0.0f);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        float other = __shfl_xor_sync(0xffffffff, v, offset);
+        v = is_max ? fmaxf(v, other) : v + other;
+    }
+    __syncthreads();  // scratch is written again by the next call
+    return v;
+}
+
+// ${what} along the last dim (inner == 1): one block per row, coalesced
+__global__ void ${row_kernel}(const float*${ptr} x, float*${ptr} y, int cols, float scale) {
+    __shared__ float scratch[32];
+    const float* in = x + (${idx})blockIdx.x * cols;
+    float* out = y + (${idx})blockIdx.x * cols;
+    float m = -FLT_MAX;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, in[c] * scale);
+    m = ${block_reduce}(m, scratch, true);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += expf(in[c] * scale - m);
+    s = ${block_reduce}(s, scratch, false);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = in[c] * scale;
+        out[c] = ${output};
+    }
+}
+
+// ${what} along any other dim: [outer, r, inner], one thread per (outer, inner) column, three sweeps down it
 __global__ void ${kernel}(const float*${ptr} x, float*${ptr} y, ${idx} outer, ${idx} r, ${idx} inner, float scale) {
     ${idx} t = (${idx})blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= outer * inner) return;
@@ -352,10 +417,15 @@ ${inputs}
 ${geometry}
     auto y = torch::empty_like(x);
     const int threads = ${block};
-    const int blocks = (int)((outer * inner + threads - 1) / threads);
 ${stream}
-    ${kernel}<<<blocks, threads, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), outer, r, inner,
-                                              ${scale_value});
+    if (inner == 1) {
+        ${row_kernel}<<<(unsigned)outer, threads, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), (int)r,
+                                                               ${scale_value});
+    } else {
+        const int blocks = (int)((outer * inner + threads - 1) / threads);
+        ${kernel}<<<blocks, threads, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), outer, r, inner,
+                                                  ${scale_value});
+    }
 ${checked}
     return y;
 }
@@ -400,6 +470,7 @@ def softmax_task(rng: random.Random, name: str, family: str) -> Draft:
     cuda = style.fill(_SOFTMAX_TEMPLATES[name], includes=style.includes("cfloat"), kernel=style.kernel(),
                       stats_kernel=style.kernel("stats"), output=output, what=stem.replace("_", " "),
                       inputs=style.inputs("x"), geometry=_GEOMETRY, block_reduce="block_reduce",
+                      row_kernel=style.kernel("rows"), reduce_what="max or sum",
                       threads_name="THREADS" if style.naming % 2 else "BLOCK", checked_again=style.checked().replace(
                           "cudaError_t err", "err") if style.launch_check == "cuda" else style.checked(),
                       scale_param=", double scale" if scaled else "",
