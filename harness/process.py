@@ -180,6 +180,18 @@ def keep_warm(count: int | None = None) -> None:
     _spare_count = count if count is not None else (4 if (os.cpu_count() or 1) >= 8 else 2)
 
 
+def fill_spares(options: Options, extra_env: dict[str, str] | None = None) -> None:
+    """Start spares for `options` up to the kept count now, rather than at the first check."""
+    key = _spare_key(options, extra_env or {})
+    with _spares_lock:
+        spares = [w for w in _spares.get(key, []) if w.process.poll() is None]
+        while len(spares) < _spare_count:
+            spares.append(Worker(options, extra_env))
+            if _quiet_depth:
+                _stop([spares[-1]])
+        _spares[key] = spares
+
+
 @contextlib.contextmanager
 def spares_while(count: int):
     """At least `count` warm spares per configuration while the block runs, the caller's setting after: batch mode

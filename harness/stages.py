@@ -38,6 +38,16 @@ def build(side: Side, command: dict[str, Any]) -> dict[str, Any]:
             "cuda_available": torch.cuda.is_available(), "has_model_new": hasattr(side.module, "ModelNew")}
 
 
+def prepare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Build what every light build shares (the precompiled torch header) ahead of the first check."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from harness import light
+
+    os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch("9.0")  # as build
+    return {"header": str(light.prepare(Path(command["cache_dir"]), cpp_extension.load_inline))}
+
+
 def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     """Build Model after the seed, make every trial's inputs, keep the expected outputs here."""
     options = side.options = command["options"]

@@ -119,7 +119,8 @@ def test_cancel_during_build_leaves_no_stale_lock_and_compile_error_lands_on_its
     assert "undeclared_name" in error.message
 
 
-def test_cuda_solution_without_gpu_is_built_not_run(files, options):
+def test_cuda_solution_without_gpu_is_built_not_run(files, options, cache_root):
+    """Built by the light path, with the precompiled header `harness.prepare` made beforehand (the same one)."""
     pytest.importorskip("torch")
     import torch
 
@@ -127,10 +128,13 @@ def test_cuda_solution_without_gpu_is_built_not_run(files, options):
         pytest.skip("has a GPU")
     if not os.path.exists("/usr/local/cuda/bin/nvcc") and not os.environ.get("CUDA_HOME"):
         pytest.skip("no nvcc")
-    report = harness.check(files.text("add_reference.py"), files.text("cuda_solution.py"),
-                           options.with_(device="auto", build_timeout=900))
+    cuda = options.with_(device="auto", build_timeout=900)
+    header = harness.prepare(cuda)
+    assert Path(header + ".gch").is_file()
+    report = harness.check(files.text("add_reference.py"), files.text("cuda_solution.py"), cuda)
     assert report.status == "built-not-run", report.summary() + report.log
-    assert report.errors == ()
+    assert report.errors == () and report.build_mode == "light"
+    assert [p.name for p in (cache_root / "extensions" / "pch").iterdir()] == [Path(header).parent.name]
 
 
 def test_batch_equals_single(files, options):

@@ -97,3 +97,30 @@ async def test_newer_save_cancels_a_hung_check_and_requests_stay_answered(client
     # Only the newer save's result is shown: the hung check was killed, never reported as a timeout.
     assert [d.code for d in headline(diagnostics)] == ["correct"]
     assert time.monotonic() - began < 60  # far less than the 60 s run limit that would end the hang
+
+
+def test_opening_a_cuda_solution_prepares_spares_and_the_header_once(monkeypatch, shared_build_cache):
+    """What the server does at the first CUDA file's didOpen, on a GPU machine (the GPU list is the one fake: this
+    machine has none): spares start and the precompiled header is built, once per server."""
+    import os
+
+    from dice_lsp.checking import CheckRunner
+    from dice_lsp.settings import Settings
+    from harness import batch, process
+
+    if not os.path.exists("/usr/local/cuda/bin/nvcc") and not os.environ.get("CUDA_HOME"):
+        pytest.skip("no nvcc")
+    monkeypatch.setattr(batch, "visible_gpus", lambda: ["0"])
+    process.close_spares()
+    runner = CheckRunner()
+    try:
+        thread = runner.prepare(Settings(device="auto"))
+        assert runner.prepare(Settings(device="auto")) is None  # once per server
+        thread.join(900)
+        assert not thread.is_alive()
+        assert list((shared_build_cache / "extensions" / "pch").glob("*/dice_torch.h.gch"))
+        started = [w for spares in process._spares.values() for w in spares if w.process.poll() is None]
+        assert len(started) == process._spare_count >= 2
+    finally:
+        runner.close()
+        process.keep_warm(0)
