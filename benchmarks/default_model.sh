@@ -9,7 +9,8 @@
 # `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between. Each stage's logs
 # come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
 # Knobs (environment): STOP_AFTER, FAVOR_FAST (template speedups JSON; empty: draw templates evenly), CHECKS,
-#   PER_TEMPLATE, TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
+#   PER_TEMPLATE, VERIFY_TEMPLATES (check only these family/template names), TASKS, HELDOUT, TRAIN_SECONDS, BATCH,
+#   LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
 stage="${1:?usage: default_model.sh train|more|eval|all}"
 out="${OUT:-/tmp/dice-default-out}"
@@ -35,8 +36,10 @@ train() {
     head -n 48 "$work/train.jsonl" >"$work/sample.jsonl"
     (
         [ "${CHECKS:-1}" = 0 ] && exit 0  # CHECKS=0: a dry run of the recipe on a machine without a GPU
+        # shellcheck disable=SC2086
         timeout 300 python3 benchmarks/tasks_verify.py --per-template "${PER_TEMPLATE:-1}" --workers "$workers" \
-            --json "$logs/template_speedups.json" >"$logs/verify.log" 2>&1
+            ${VERIFY_TEMPLATES:+--templates $VERIFY_TEMPLATES} --json "$logs/template_speedups.json" \
+            >"$logs/verify.log" 2>&1
         timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 \
             --workers "$workers" >"$logs/curate.log" 2>&1
     ) &
