@@ -357,8 +357,9 @@ def did_open(ls: DiceServer, params: types.DidOpenTextDocumentParams) -> None:
     doc = ls.document(params.text_document.uri)
     doc.version = params.text_document.version
     ls.refresh(params.text_document.uri)
-    if ls.state.settings.run_on_save and doc.anatomy is not None and doc.anatomy.cuda_sources:
-        ls.checks.prepare(ls.state.settings)  # a save is likely next: its check finds the shared build parts ready
+    settings = ls.state.settings
+    if settings.run_on_save and settings.trusted_workspace and doc.anatomy is not None and doc.anatomy.cuda_sources:
+        ls.checks.prepare(settings)  # a save is likely next: its check finds the shared build parts ready
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
