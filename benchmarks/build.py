@@ -10,6 +10,7 @@ import datetime
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +60,23 @@ def machine() -> str:
     return f"{platform.node()} ({os.cpu_count()} cores, {gpu})"
 
 
+def record(results: str, rows: list[tuple[str, float, str]], speedups: list[float], finished: bool) -> None:
+    lines = [f"| {name} | {seconds:.2f} s | {note} |" for name, seconds, note in rows]
+    if speedups:
+        mid = sorted(speedups)[len(speedups) // 2]
+        spread = max(abs(s / mid - 1) for s in speedups)
+        lines.append(f"| speedup over {len(speedups)} re-checks | {mid:.3f}x median | max deviation {spread:.1%} |")
+        print(lines[-1], flush=True)
+    if not lines:
+        return
+    table = "\n".join(["| what | time | result |", "| --- | --- | --- |", *lines])
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    cut = "" if finished else " The run was stopped before its end; these are the rows it finished.\n"
+    with open(results, "a") as out:
+        out.write(f"\n## harness build and re-check, {stamp}, {machine()}\n\n"
+                  f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel, 512x512).{cut}\n{table}\n")
+
+
 def main() -> None:
     import harness
 
@@ -75,37 +93,38 @@ def main() -> None:
     fixture = (FILES / "cuda_solution.py").read_text()
     cache = args.cache or tempfile.mkdtemp(prefix="dice-bench-")
     options = harness.Options(cache_dir=cache, baseline="eager")
-    rows = []
-    if not args.no_plain:
-        rows.append(("plain load_inline, cold", plain_build(unique(fixture, "plain")), ""))
-    seconds, report = check_seconds(reference, unique(fixture, "first"), options)
-    rows.append(("check, cold, precompiled header not built yet", seconds, report.summary()))
-    solution = unique(fixture, "second")
-    seconds, report = check_seconds(reference, solution, options)
-    rows.append(("check, cold (header built)", seconds, f"{report.build_mode}; {report.summary()}"))
-    harness.keep_warm()
-    harness.check(reference, solution, options)  # starts the spares
-    time.sleep(5)
-    speedups = []
-    for i in range(args.repeats):
-        if i:
-            time.sleep(args.pause)
+    rows: list[tuple[str, float, str]] = []
+    speedups: list[float] = []
+
+    def row(name: str, seconds: float, note: str) -> None:
+        rows.append((name, seconds, note))
+        print(f"| {name} | {seconds:.2f} s | {note} |", flush=True)  # as it comes: a cut run still tells
+
+    # `timeout` (the device call's limit) sends SIGTERM: leave through `finally`, so the rows so far are recorded
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    finished = False
+    try:
+        if not args.no_plain:
+            row("plain load_inline, cold", plain_build(unique(fixture, "plain")), "")
+        seconds, report = check_seconds(reference, unique(fixture, "first"), options)
+        row("check, cold, precompiled header not built yet", seconds, report.summary())
+        solution = unique(fixture, "second")
         seconds, report = check_seconds(reference, solution, options)
-        rows.append((f"re-check unchanged, warm workers #{i + 1}", seconds, f"{report.summary()}; {stages(report)}"))
-        if report.speedup_eager:
-            speedups.append(report.speedup_eager)
-    harness.close_spares()
-    lines = [f"| {name} | {seconds:.2f} s | {note} |" for name, seconds, note in rows]
-    if speedups:
-        mid = sorted(speedups)[len(speedups) // 2]
-        spread = max(abs(s / mid - 1) for s in speedups)
-        lines.append(f"| speedup over {len(speedups)} re-checks | {mid:.3f}x median | max deviation {spread:.1%} |")
-    table = "\n".join(["| what | time | result |", "| --- | --- | --- |", *lines])
-    print(table)
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    with open(args.results, "a") as out:
-        out.write(f"\n## harness build and re-check, {stamp}, {machine()}\n\n"
-                  f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel, 512x512).\n\n{table}\n")
+        row("check, cold (header built)", seconds, f"{report.build_mode}; {report.summary()}")
+        harness.keep_warm()
+        harness.check(reference, solution, options)  # starts the spares
+        time.sleep(5)
+        for i in range(args.repeats):
+            if i:
+                time.sleep(args.pause)
+            seconds, report = check_seconds(reference, solution, options)
+            row(f"re-check unchanged, warm workers #{i + 1}", seconds, f"{report.summary()}; {stages(report)}")
+            if report.speedup_eager:
+                speedups.append(report.speedup_eager)
+        finished = True
+    finally:
+        harness.close_spares()
+        record(args.results, rows, speedups, finished)
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
 

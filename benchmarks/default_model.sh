@@ -9,7 +9,8 @@
 # `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between. Each stage's logs
 # come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
 # Knobs (environment): STOP_AFTER, FAVOR_FAST (template speedups JSON; empty: draw templates evenly), CHECKS,
-#   PER_TEMPLATE, VERIFY_TEMPLATES (check only these family/template names), TASKS, HELDOUT, TRAIN_SECONDS, BATCH,
+#   PER_TEMPLATE, VERIFY_TEMPLATES (check only these family/template names), VERIFY_SHAPES (only instances of this
+#   shape class, e.g. last), EVAL_STATE (resume an eval from an earlier call's eval-state.tar), TASKS, HELDOUT, TRAIN_SECONDS, BATCH,
 #   LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
 stage="${1:?usage: default_model.sh train|more|eval|all}"
@@ -38,7 +39,7 @@ train() {
         [ "${CHECKS:-1}" = 0 ] && exit 0  # CHECKS=0: a dry run of the recipe on a machine without a GPU
         # shellcheck disable=SC2086
         timeout 300 python3 benchmarks/tasks_verify.py --per-template "${PER_TEMPLATE:-1}" --workers "$workers" \
-            ${VERIFY_TEMPLATES:+--templates $VERIFY_TEMPLATES} --json "$logs/template_speedups.json" \
+            ${VERIFY_TEMPLATES:+--templates $VERIFY_TEMPLATES} ${VERIFY_SHAPES:+--shape-class $VERIFY_SHAPES} --json "$logs/template_speedups.json" \
             >"$logs/verify.log" 2>&1
         timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 \
             --workers "$workers" >"$logs/curate.log" 2>&1
@@ -75,16 +76,21 @@ finish_checks() {
 }
 
 evaluate() {
-    model="$work/run/final"
+    # The eval always names one path ($work/model -> the run's final/ or engine/bundled), so a later call on a fresh
+    # machine resumes its records: EVAL_STATE names the eval-state.tar an earlier call left in its $OUT.
+    local model="$work/run/final"
     [ -d "$model" ] || model="$PWD/engine/bundled"
+    ln -sfn "$model" "$work/model"
+    [ -n "${EVAL_STATE:-}" ] && [ ! -d "$work/eval" ] && tar -C "$work" -xf "$EVAL_STATE"
     [ -d "$work/heldout" ] || dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2
     # Re-running resumes the same --out, so an eval cut short by EVAL_LIMIT goes on where it stopped.
     local limit="${EVAL_LIMIT:-3000}"
-    [ -n "${DEADLINE:-}" ] && limit=$((DEADLINE - $(date +%s)))  # DEADLINE: epoch seconds when the call must end
-    timeout "$limit" python3 -m dice_lsp eval "$work/heldout" --model "$model" --out "$work/eval" \
+    [ -n "${DEADLINE:-}" ] && limit=$((DEADLINE - 15 - $(date +%s)))  # DEADLINE: epoch seconds when the call must end
+    timeout "$limit" python3 -m dice_lsp eval "$work/heldout" --model "$work/model" --out "$work/eval" \
         --workers "$workers" --quiet 2>&1 | tee "$logs/eval.log"
     cp "$work/eval/table.md" "$work/eval/samples.jsonl" "$work/eval/chart.png" "$logs/" 2>/dev/null
     tar -C "$work" -cf "$out/logs-eval.tar" logs
+    tar -C "$work" -cf "$out/eval-state.tar" eval
 }
 
 case "$stage" in
