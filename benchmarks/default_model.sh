@@ -10,8 +10,8 @@
 # come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
 # Knobs (environment): STOP_AFTER, FAVOR_FAST (template speedups JSON; empty: draw templates evenly), CHECKS,
 #   PER_TEMPLATE, VERIFY_TEMPLATES (check only these family/template names), VERIFY_SHAPES (only instances of this
-#   shape class, e.g. last), EVAL_STATE (resume an eval from an earlier call's eval-state.tar), TASKS, HELDOUT, TRAIN_SECONDS, BATCH,
-#   LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
+#   shape class, e.g. last), EVAL_STATE (resume an eval from an earlier call's eval-state.tar), EVAL_BATCH (samples
+#   built, then checked, at a time), TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
 stage="${1:?usage: default_model.sh train|more|eval|all}"
 out="${OUT:-/tmp/dice-default-out}"
@@ -87,7 +87,7 @@ evaluate() {
     local limit="${EVAL_LIMIT:-3000}"
     [ -n "${DEADLINE:-}" ] && limit=$((DEADLINE - 15 - $(date +%s)))  # DEADLINE: epoch seconds when the call must end
     timeout "$limit" python3 -m dice_lsp eval "$work/heldout" --model "$work/model" --out "$work/eval" \
-        --workers "$workers" --quiet 2>&1 | tee "$logs/eval.log"
+        --workers "$workers" ${EVAL_BATCH:+--batch "$EVAL_BATCH"} --quiet 2>&1 | tee "$logs/eval.log"
     cp "$work/eval/table.md" "$work/eval/samples.jsonl" "$work/eval/chart.png" "$logs/" 2>/dev/null
     tar -C "$work" -cf "$out/logs-eval.tar" logs
     tar -C "$work" -cf "$out/eval-state.tar" eval
