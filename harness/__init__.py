@@ -1,10 +1,11 @@
 """Build, verify, time and inspect a kernel against its reference, each in worker processes, into one `Report`.
 
-`check` runs one pair in the calling thread, `Run` runs one in the background (cancellable), `check_many` a batch;
+`check` runs one pair in the calling thread, `Run` runs one in the background (cancellable), `check_many` a batch
+(`check_each` yields each report as its check ends);
 `prepare` builds what every build shares before the first check.
 """
 
-from harness.batch import check_many, prepare
+from harness.batch import check_each, check_many, prepare
 from harness.errors import HarnessError
 from harness.options import Options
 from harness.pipeline import Run, check
@@ -12,4 +13,4 @@ from harness.process import close_spares, keep_warm, spares_while
 from harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
 
 __all__ = ["Diagnostic", "HarnessError", "KernelShare", "Options", "Report", "Run", "Stage", "Timing", "Trial",
-           "check", "check_many", "close_spares", "keep_warm", "prepare", "spares_while"]
+           "check", "check_each", "check_many", "close_spares", "keep_warm", "prepare", "spares_while"]

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from harness import process
 from harness.errors import HarnessError
@@ -71,32 +71,57 @@ def prepare(options: Options) -> str:
 def check_many(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,
                gpus: list[str] | None = None) -> list[Report]:
     """Reports for (reference, solution) pairs, in order; each equals what `harness.check` gives for the pair."""
+    reports: list[Report | None] = [None] * len(pairs)
+    for index, report in check_each(pairs, options, workers, gpus):
+        reports[index] = report
+    return [r for r in reports if r is not None]
+
+
+def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,
+               gpus: list[str] | None = None) -> Iterator[tuple[int, Report]]:
+    """(index, report) for each pair as its check ends, so a caller can keep each result at once (eval appends
+    its record: a run cut short keeps every finished sample). Every solution is built first, in parallel, and only
+    then checked, so no compiler competes with a timed run for the cores. Closing the iterator early cancels the
+    checks in progress (their workers are killed) and starts no more."""
     options = options or Options()
     prebuild([solution for _, solution in pairs], options, workers)
     slots = (gpus if gpus is not None else visible_gpus()) if options.device != "cpu" else []
     todo: queue.Queue[int] = queue.Queue()
     for index in range(len(pairs)):
         todo.put(index)
-    reports: list[Report | None] = [None] * len(pairs)
+    done: queue.Queue[tuple[int, Report] | None] = queue.Queue()
+    cancel = threading.Event()
 
     def drain(gpu: str | None) -> None:
         env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
         local = options.with_(device="cuda") if gpu is not None and options.device.startswith("cuda:") else options
-        while True:
-            try:
-                index = todo.get_nowait()
-            except queue.Empty:
-                return
-            reference, solution = pairs[index]
-            reports[index] = _Check(reference, solution, local, threading.Event(), env).run()
+        try:
+            while not cancel.is_set():
+                try:
+                    index = todo.get_nowait()
+                except queue.Empty:
+                    return
+                reference, solution = pairs[index]
+                done.put((index, _Check(reference, solution, local, cancel, env).run()))
+        finally:
+            done.put(None)  # this slot has finished
 
-    threads = [threading.Thread(target=drain, args=(gpu,)) for gpu in (slots or [None])]
+    threads = [threading.Thread(target=drain, args=(gpu,), daemon=True) for gpu in (slots or [None])]
     # The workers of the next checks start while a check runs: one check ahead, two where the cores allow, since a
     # spare needs longer to warm up (torch, the CUDA context, the profiler's imports) than a warm check takes.
     ahead = 2 if (os.cpu_count() or 1) >= 8 else 1
     with process.spares_while(2 * ahead):
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
-    return [r for r in reports if r is not None]
+        try:
+            running = len(threads)
+            while running:
+                item = done.get()
+                if item is None:
+                    running -= 1
+                else:
+                    yield item
+        finally:
+            cancel.set()
+            for thread in threads:
+                thread.join()

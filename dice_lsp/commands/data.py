@@ -18,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     curate.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     curate.add_argument("--workers", type=int, default=None, help="parallel builds (default: all cores)")
     curate.add_argument("--json", action="store_true", help="print the counts as JSON")
+    curate.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     curate.set_defaults(run=run_curate)
     tasks = actions.add_parser("tasks", help="generate KernelBench tasks with solutions correct by construction")
     tasks.add_argument("target", metavar="OUT", help="JSONL of {reference, solution, family, template, split}")
@@ -45,7 +46,8 @@ def run_curate(args: argparse.Namespace) -> int:
 
     options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none")
     try:
-        result = curate(args.source, args.target, args.min_speedup, options, args.workers)
+        result = curate(args.source, args.target, args.min_speedup, options, args.workers,
+                        progress=not args.no_progress)
     except EngineError as error:
         raise CommandError(str(error)) from None
     if args.json:

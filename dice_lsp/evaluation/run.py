@@ -49,13 +49,15 @@ class Evaluation:
     skipped: int  # samples already finished by an earlier run
 
 
-def check(kernels: Sequence[Kernel], references: dict[str, str], options: Options, workers: int | None) -> list[Report]:
-    """The harness seam: one report per kernel, in order, from the batch pool."""
+def check(kernels: Sequence[Kernel], references: dict[str, str], options: Options,
+          workers: int | None) -> Iterator[tuple[Kernel, Report]]:
+    """The harness seam: (kernel, report) from the batch pool as each check ends, so each record is kept at once."""
     import harness
 
     try:
-        return harness.check_many([(references[k.problem.key], k.text or "") for k in kernels], options,
-                                  workers=workers)
+        for index, report in harness.check_each([(references[k.problem.key], k.text or "") for k in kernels],
+                                                options, workers=workers):
+            yield kernels[index], report
     except harness.HarnessError as error:
         raise EvaluationError(f"the harness cannot check kernels here: {error}") from error
 
@@ -90,7 +92,7 @@ def evaluate(plan: Plan, source: Source, settings: dict) -> Evaluation:
                     if ready:
                         plural = "s" if len(ready) > 1 else ""
                         bar.set_postfix_str(f"checking {len(ready)} sample{plural}", refresh=True)
-                        for kernel, report in zip(ready, check(ready, references, plan.options, plan.workers)):
+                        for kernel, report in check(ready, references, plan.options, plan.workers):
                             log.append(record(kernel, with_static_findings(report, kernel, references)))
                             bar.update()
         finally:

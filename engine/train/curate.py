@@ -34,12 +34,23 @@ def verdict(report, min_speedup: float) -> str | None:
     return None
 
 
-def curate(source, target, min_speedup: float = 2.0, options=None, workers: int | None = None) -> Curation:
-    from harness import Options, check_many
+def curate(source, target, min_speedup: float = 2.0, options=None, workers: int | None = None,
+           progress: bool = False) -> Curation:
+    """Check every pair in batch mode (all built first, then each checked) and write the kept ones to `target`;
+    `progress` shows a bar on stderr that moves as each check ends."""
+    from tqdm import tqdm
+
+    from harness import Options, check_each
 
     pairs = read_pairs(source)
     options = options or Options(baseline="eager" if min_speedup > 0 else "none")
-    reports = check_many([(p.reference, p.solution) for p in pairs], options, workers)
+    reports: list = [None] * len(pairs)
+    with tqdm(total=len(pairs), unit="pair", desc="building, then checking", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for index, report in check_each([(p.reference, p.solution) for p in pairs], options, workers):
+            reports[index] = report
+            bar.set_description("checking")
+            bar.update()
     result = Curation(total=len(pairs))
     lines = []
     raw_lines = [line for line in Path(source).read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -58,15 +58,39 @@ def test_rerun_skips_every_finished_sample(uninterrupted, eval_args, capsys):
     assert (uninterrupted / "samples.jsonl").read_text() == before
 
 
+def test_each_report_reaches_eval_while_later_checks_still_run(build_cache, problem_set, solution_text):
+    from dice_lsp.evaluation.problems import find_problems
+    from dice_lsp.evaluation.run import check
+    from dice_lsp.evaluation.sources import Kernel
+    from harness import Options
+
+    problem = find_problems(problem_set)[0]  # level1/1_add
+    kernels = [Kernel(problem, 0, solution_text("return self.ext.add_values(a, b)"), "test"),
+               Kernel(problem, 1, solution_text("__import__('time').sleep(600)"), "test")]  # hangs
+    each = check(kernels, {problem.key: problem.read()}, Options(device="cpu", run_timeout=300.0), workers=2)
+    started = time.perf_counter()
+    kernel, report = next(each)
+    assert (kernel.sample, report.status) == (0, "correct")
+    assert time.perf_counter() - started < 120  # not after the hang's 300 s run timeout
+    each.close()  # cancels the hanging check
+
+
+def checked(log) -> int:
+    """Records of samples the harness checked (a missing solution file is recorded at once, without a check)."""
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip().endswith("}")]
+    return sum(1 for line in lines if line["report"]["status"] != "invalid")
+
+
 def test_killed_run_resumes_to_the_uninterrupted_table(uninterrupted, eval_args, tmp_path):
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "dice_lsp", *eval_args(out, "--batch", "1")]
+    # one batch holds all nine samples: a kill in the middle of it keeps the records finished so far
+    command = [sys.executable, "-m", "dice_lsp", *eval_args(out)]
     with open(tmp_path / "stderr.txt", "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         log = out / "samples.jsonl"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
-            if log.is_file() and log.read_text().count("\n") >= 1:
+            if log.is_file() and checked(log):
                 break
             time.sleep(0.05)
         assert process.poll() is None, "the run ended before it could be killed"

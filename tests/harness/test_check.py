@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -144,6 +145,21 @@ def test_batch_equals_single(files, options):
     assert [r.status for r in reports] == ["correct", "mismatch"]
     assert [t.passed for t in reports[1].trials] == [t.passed for t in check(
         files, "return self.ext.subtract(a, b)", options).trials]
+
+
+def test_batch_yields_each_report_as_its_check_ends_and_closing_cancels_the_rest(files, options):
+    reference = files.text("add_reference.py")
+    pairs = [(reference, files.solution("return self.ext.add_values(a, b)")),
+             (reference, files.solution("__import__('time').sleep(600)")),  # hangs until its run timeout
+             (reference, files.solution("return self.ext.subtract(a, b)"))]
+    threads = threading.active_count()
+    each = harness.check_each(pairs, options.with_(run_timeout=300.0), workers=2)
+    index, report = next(each)  # one check slot on CPU: pairs run in order, the first ends long before the hang
+    assert (index, report.status) == (0, "correct")
+    started = time.perf_counter()
+    each.close()  # the hanging check is running: its workers are killed, the last pair never starts
+    assert time.perf_counter() - started < 30
+    assert threading.active_count() == threads
 
 
 def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, options, monkeypatch):
