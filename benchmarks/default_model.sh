@@ -39,7 +39,8 @@ train() {
         [ "${CHECKS:-1}" = 0 ] && exit 0  # CHECKS=0: a dry run of the recipe on a machine without a GPU
         # shellcheck disable=SC2086
         timeout 300 python3 benchmarks/tasks_verify.py --per-template "${PER_TEMPLATE:-1}" --workers "$workers" \
-            ${VERIFY_TEMPLATES:+--templates $VERIFY_TEMPLATES} ${VERIFY_SHAPES:+--shape-class $VERIFY_SHAPES} --json "$logs/template_speedups.json" \
+            ${VERIFY_TEMPLATES:+--templates $VERIFY_TEMPLATES} ${VERIFY_SHAPES:+--shape-class $VERIFY_SHAPES} \
+            --json "$logs/template_speedups.json" \
             >"$logs/verify.log" 2>&1
         timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 \
             --workers "$workers" >"$logs/curate.log" 2>&1

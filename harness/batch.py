@@ -71,10 +71,8 @@ def prepare(options: Options) -> str:
 def check_many(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,
                gpus: list[str] | None = None) -> list[Report]:
     """Reports for (reference, solution) pairs, in order; each equals what `harness.check` gives for the pair."""
-    reports: list[Report | None] = [None] * len(pairs)
-    for index, report in check_each(pairs, options, workers, gpus):
-        reports[index] = report
-    return [r for r in reports if r is not None]
+    reports = dict(check_each(pairs, options, workers, gpus))
+    return [reports[index] for index in range(len(pairs))]
 
 
 def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,

@@ -6,6 +6,7 @@ Generating and checking alternate and never overlap, so the decoder never shares
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -55,9 +56,11 @@ def check(kernels: Sequence[Kernel], references: dict[str, str], options: Option
     import harness
 
     try:
-        for index, report in harness.check_each([(references[k.problem.key], k.text or "") for k in kernels],
-                                                options, workers=workers):
-            yield kernels[index], report
+        # closing: when eval stops early (an error, Ctrl-C), the checks in progress are cancelled at once
+        with closing(harness.check_each([(references[k.problem.key], k.text or "") for k in kernels], options,
+                                        workers=workers)) as each:
+            for index, report in each:
+                yield kernels[index], report
     except harness.HarnessError as error:
         raise EvaluationError(f"the harness cannot check kernels here: {error}") from error
 
