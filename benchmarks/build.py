@@ -84,6 +84,8 @@ def main() -> None:
     parser.add_argument("--cache", help="build cache to use and keep (default: a temporary one, removed after)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-plain", action="store_true", help="skip the (slow) plain build")
+    parser.add_argument("--only-plain", action="store_true",
+                        help="only the plain build (CPU only: a GPU session runs it beside a GPU-bound benchmark)")
     parser.add_argument("--pause", type=float, default=5.0,
                         help="seconds between re-checks, as between two saves: the spares that replace the "
                              "workers a check used are warm again by the next one")
@@ -106,27 +108,35 @@ def main() -> None:
     try:
         if not args.no_plain:
             row("plain load_inline, cold", plain_build(unique(fixture, "plain")), "")
-        seconds, report = check_seconds(reference, unique(fixture, "first"), options)
-        row("check, cold, precompiled header not built yet", seconds, report.summary())
-        solution = unique(fixture, "second")
-        seconds, report = check_seconds(reference, solution, options)
-        row("check, cold (header built)", seconds, f"{report.build_mode}; {report.summary()}")
-        harness.keep_warm()
-        harness.check(reference, solution, options)  # starts the spares
-        time.sleep(5)
-        for i in range(args.repeats):
-            if i:
-                time.sleep(args.pause)
-            seconds, report = check_seconds(reference, solution, options)
-            row(f"re-check unchanged, warm workers #{i + 1}", seconds, f"{report.summary()}; {stages(report)}")
-            if report.speedup_eager:
-                speedups.append(report.speedup_eager)
+        if not args.only_plain:
+            checks(reference, fixture, options, args, row, speedups)
         finished = True
     finally:
         harness.close_spares()
         record(args.results, rows, speedups, finished)
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def checks(reference: str, fixture: str, options, args, row, speedups: list[float]) -> None:
+    """Cold checks (precompiled header to build, then built), then unchanged re-checks a save's pause apart."""
+    import harness
+
+    seconds, report = check_seconds(reference, unique(fixture, "first"), options)
+    row("check, cold, precompiled header not built yet", seconds, report.summary())
+    solution = unique(fixture, "second")
+    seconds, report = check_seconds(reference, solution, options)
+    row("check, cold (header built)", seconds, f"{report.build_mode}; {report.summary()}")
+    harness.keep_warm()
+    harness.check(reference, solution, options)  # starts the spares
+    time.sleep(5)
+    for i in range(args.repeats):
+        if i:
+            time.sleep(args.pause)
+        seconds, report = check_seconds(reference, solution, options)
+        row(f"re-check unchanged, warm workers #{i + 1}", seconds, f"{report.summary()}; {stages(report)}")
+        if report.speedup_eager:
+            speedups.append(report.speedup_eager)
 
 
 if __name__ == "__main__":

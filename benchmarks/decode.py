@@ -59,16 +59,51 @@ def time_cuda(fn, repeats) -> float:
 
 
 def block_forward(model, runner, prompt_len) -> dict[str, float]:
-    """Latency of one graphed pass over a 4-token block at batch 1, with and without the output head."""
+    """Latency of one graphed pass at batch 1: over a 4-token block with and without the output head, and over a
+    finished block and the next (8 tokens, head on the second: what decoding runs at each block's first pass)."""
     config = model.config
     device = model.lm_head.weight.device
     prompt = torch.randint(0, config.vocab_size, (1, prompt_len), device=device)
-    generate(model, prompt.tolist(), None, runner=runner, max_new_tokens=8, stop_token_ids=(), seed=0)
+    generate(model, prompt.tolist(), None, runner=runner, max_new_tokens=12, stop_token_ids=(), seed=0)
     block = torch.full((1, 4), config.mask_token_id, device=device)
     where = torch.arange(prompt_len, prompt_len + 4, device=device)[None]
+    done, done_where = prompt[:, -4:], where - 4
     denoise = time_cuda(lambda: runner.denoise(block, where, prompt_len), 50)
     commit = time_cuda(lambda: runner.commit(block, where, prompt_len), 50)
-    return {"denoise": denoise, "commit": commit}
+    both = time_cuda(lambda: runner.commit_and_denoise(done, done_where, block, where, prompt_len), 50)
+    return {"denoise": denoise, "commit": commit, "both": both}
+
+
+def matmul_sweep(model) -> list[str]:
+    """Each product of a batch-1 pass (4 and 8 rows) by cuBLAS and by engine.skinny's kernel in several tilings:
+    weight bytes over time, in TB/s."""
+    from engine import skinny
+
+    c = model.config
+    device, dtype = model.lm_head.weight.device, model.lm_head.weight.dtype
+    shapes = {"qkv": ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim, c.hidden_size),
+              "o": (c.hidden_size, c.num_attention_heads * c.head_dim),
+              "gate_up": (2 * c.intermediate_size, c.hidden_size), "down": (c.hidden_size, c.intermediate_size),
+              "head": (c.vocab_size, c.hidden_size)}
+    configs = [(16, 256, 4), (16, 512, 3), (32, 256, 4), (32, 512, 3), (64, 128, 4), (64, 256, 4), (128, 128, 3)]
+    lines = ["| product | rows | cuBLAS | skinny default | " + " | ".join(f"{n}x{k}/{st}" for n, k, st in configs)
+             + " |", "| --- " * (4 + len(configs)) + "|"]
+    for name, (n, k) in shapes.items():
+        weight = torch.randn(n, k, device=device, dtype=dtype)
+        nbytes = weight.numel() * weight.element_size()
+        for rows in (4, 8):
+            x = torch.randn(rows, k, device=device, dtype=dtype)
+            with torch.inference_mode():
+                cells = [torch.nn.functional.linear(x, weight), skinny.matmul(x, weight)]
+                torch.testing.assert_close(cells[1], cells[0], atol=0.5, rtol=0.05)
+                cells = [time_cuda(lambda: torch.nn.functional.linear(x, weight), 100),
+                         time_cuda(lambda: skinny.matmul(x, weight), 100)]
+                for config in configs:
+                    skinny.matmul(x, weight, config)
+                    cells.append(time_cuda(lambda: skinny.matmul(x, weight, config), 100))
+            lines.append(f"| {name} {n}x{k} | {rows} | " + " | ".join(f"{nbytes / t / 1e12:.2f}" for t in cells) + " |")
+        del weight
+    return lines
 
 
 def profile(model, runner, prompt_len) -> None:
@@ -200,7 +235,7 @@ def main() -> int:
     bandwidth = copy_bandwidth(device, 0.01 if args.smoke else 2.0)
     roofline = weight_bytes / bandwidth
     runner = GraphRunner(model)
-    print(f"kernels compiled in {runner.compile_seconds} s")
+    print(f"kernels compiled in {runner.compile_seconds} s; few-row products by Triton: {runner.skinny}")
 
     began = time.perf_counter()
     latency = block_forward(model, runner, args.prompt)
@@ -211,12 +246,22 @@ def main() -> int:
     rows = [("block forward b=1, 4 tokens (with head)", f"{latency['denoise'] * 1e3:.3f} ms",
              f"{latency['denoise'] / roofline:.2f}x roofline"),
             ("block K/V write b=1 (no head)", f"{latency['commit'] * 1e3:.3f} ms",
-             f"{latency['commit'] / roofline:.2f}x roofline")]
-    for attention in ("default",):  # the SDPA backend PyTorch picks, against the runner's choice
-        other = GraphRunner(model, attention=attention)
-        rows.append((f"block forward b=1 with SDPA backend {attention}",
+             f"{latency['commit'] / roofline:.2f}x roofline"),
+            ("K/V write + next block's pass b=1, 8 tokens (head on 4)", f"{latency['both'] * 1e3:.3f} ms",
+             f"{latency['both'] / roofline:.2f}x roofline")]
+    baselines = {"SDPA backend default": dict(attention="default")}  # against the runner's choices
+    if runner.skinny:
+        baselines["cuBLAS products (no Triton)"] = dict(skinny=False)
+    for name, kw in baselines.items():
+        other = GraphRunner(model, **kw)
+        rows.append((f"block forward b=1 with {name}",
                      f"{block_forward(model, other, args.prompt)['denoise'] * 1e3:.3f} ms", "for comparison"))
+        if "skinny" in kw:
+            r = decode_speed(model, other, 1, args.prompt, args.new, strategy="static", steps=4, top_k=1)
+            rows.append((f"b=1 static decoding with {name}", f"{r['tokens/s']:.0f} tok/s", "for comparison"))
         del other
+    sweep = matmul_sweep(model) if runner.skinny and not args.smoke else []
+    print("\n".join(sweep))
     settings = {
         "static (steps 4, top_k 1)": dict(strategy="static", steps=4, top_k=1, temperature=1.0),
         "dynamic (tau 0.9, T 1, no top-k)": dict(strategy="dynamic", steps=4, threshold=0.9, top_k=0, temperature=1.0),
@@ -249,6 +294,9 @@ def main() -> int:
               "", "| decoder | forwards/s | tokens/s | forwards | seconds |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {n} | {r['forwards/s']:.0f} | {r['tokens/s']:.0f} | {r['forwards']} | {r['seconds']:.2f} |"
               for n, r in speeds]
+    if sweep:
+        lines += ["", "few-row products alone, weight bytes / time in TB/s "
+                  "(skinny tilings: BLOCK_N x BLOCK_K / stages)", "", *sweep]
     table = "\n".join(lines)
     print(table)
     if args.smoke:

@@ -100,6 +100,13 @@ def choose(confidence: torch.Tensor, masked: torch.Tensor, count: torch.Tensor, 
     return commit & masked
 
 
+def _limits(done: int, start: int, size: int, keys: int, device) -> torch.Tensor:
+    """[1, 1, done + size, keys] bool for a pass over a finished block (`done` rows, which see keys before `start`)
+    and the block after it (`size` rows, which see every key before `start + size`)."""
+    limit = torch.tensor([start] * done + [start + size] * size, device=device)
+    return (torch.arange(keys, device=device)[None, :] < limit[:, None])[None, None]
+
+
 class CacheRunner:
     """Runs blocks through the plain model with a growing KVCache: the reference, on any device."""
 
@@ -117,15 +124,28 @@ class CacheRunner:
 
     def denoise(self, block, positions, start):
         """Logits of the block, attending to the cache and to the whole block; the cache is unchanged."""
-        return self.model.lm_head(self._run(block, positions, self._visible(block, start), write=False))
+        return self.model.logits(self._run(block, positions, self._visible(block, start), write=False))
 
     def commit(self, block, positions, start):
         """Write the K/V of the block's final tokens into the cache."""
         self._run(block, positions, self._visible(block, start), write=True)
 
+    def commit_and_denoise(self, done, done_positions, block, positions, start):
+        """`commit(done)` then `denoise(block)` in one pass over both (`done` is the block just before `block`): the
+        finished block's rows see the keys before `start`, the new block's rows also see both blocks; only the
+        finished block's K/V is kept. One forward instead of two."""
+        n, end = done.shape[1], start + block.shape[1]
+        visible = self.valid[:, None, None, :end] & _limits(n, start, block.shape[1], end, block.device)
+        self.cache.keep = n
+        try:
+            hidden = self._run(torch.cat((done, block), 1), torch.cat((done_positions, positions), 1), visible, True)
+        finally:
+            self.cache.keep = None
+        return self.model.logits(hidden[:, n:])
+
     def extend(self, block, positions, start):
         """`commit`, returning the block's logits too: a causal LM's step, whose final token predicts the next."""
-        return self.model.lm_head(self._run(block, positions, self._visible(block, start), write=True))
+        return self.model.logits(self._run(block, positions, self._visible(block, start), write=True))
 
     def _visible(self, block, start):
         # Every valid key before the block's end: earlier blocks (final K/V) and the block itself (bidirectionally).
@@ -189,6 +209,7 @@ def generate(
     runner.prefill(tokens[:, :origin], positions[:, :origin], valid, bs)
     forwards = 1 if origin else 0
     step = 0
+    pending = None  # start of the finished block whose K/V the next pass writes
     done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
     blocks = 0
     for blocks in range(1, n_blocks + 1):
@@ -207,7 +228,11 @@ def generate(
                 continue  # nothing to commit in this pass for any row
             if s.strategy == "dynamic" and not masked.any():
                 break
-            logits = runner.denoise(block, where, lo)
+            if pending is None:
+                logits = runner.denoise(block, where, lo)
+            else:  # the previous block's K/V is written by this block's first pass
+                logits = runner.commit_and_denoise(tokens[:, pending:lo], positions[:, pending:lo], block, where, lo)
+                pending = None
             forwards += 1
             sampled, confidence = sample(logits, s, generator)
             commit = choose(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
@@ -215,8 +240,10 @@ def generate(
             trace[:, lo:hi].masked_fill_(commit, step)
             masked &= ~commit
             step += 1
-        runner.commit(block, where, lo)  # the cache only ever holds K/V of final tokens
-        forwards += 1
+        if pending is not None:  # no pass ran over this block: write the previous block's K/V on its own
+            runner.commit(tokens[:, pending:lo], positions[:, pending:lo], pending)
+            forwards += 1
+        pending = lo  # the cache only ever holds K/V of final tokens; the last block's is never needed
 
         _check_stops(done, block.tolist(), lo, start, stops, s.max_new_tokens)  # once per block
         if on_block is not None:

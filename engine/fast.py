@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 
@@ -43,6 +44,17 @@ def compile_kernels() -> float | None:
         setattr(Kernels, name, staticmethod(function))
     Kernels.compiled = True
     return time.perf_counter() - began
+
+
+def use_skinny_matmuls() -> bool:
+    """Route the layers' products through engine.skinny.linear, process-wide; it takes the Triton kernel only inside
+    `skinny.active()` (a runner's passes that asked for it) and is F.linear elsewhere. False without Triton."""
+    from engine import skinny
+
+    if not skinny.available():
+        return False
+    Kernels.linear = staticmethod(skinny.linear)
+    return True
 
 
 def fuse_projections(model: SDARModel) -> None:
@@ -95,7 +107,9 @@ class GraphRunner:
     plain eager calls on a CPU. Keep one per model: graphs and cache are reused while batch and length fit."""
 
     def __init__(self, model: SDARModel, graphs: bool | None = None, compile: bool | None = None,
-                 fuse: bool | None = None, attention: str = "efficient"):
+                 fuse: bool | None = None, attention: str = "efficient", skinny: bool | None = None):
+        """None: each choice on where it helps (a GPU). `skinny`: few-row products by engine.skinny's Triton kernel
+        instead of cuBLAS."""
         self.model = model
         self.device = model.lm_head.weight.device
         on_gpu = self.device.type == "cuda"
@@ -105,6 +119,7 @@ class GraphRunner:
             self.compile_seconds = compile_kernels()
         if on_gpu if fuse is None else fuse:
             fuse_projections(model)
+        self.skinny = (on_gpu if skinny is None else skinny) and use_skinny_matmuls()
         # SDPA backend for block passes: memory-efficient attention handles a few queries over a long cache with
         # a mask at low overhead; "default" leaves PyTorch's choice.
         self.attention = attention
@@ -138,6 +153,10 @@ class GraphRunner:
     def commit(self, block, positions, start):
         self._pass(block, positions, start, logits=False)
 
+    def commit_and_denoise(self, done, done_positions, block, positions, start):
+        """As CacheRunner's: one pass writes the finished block's K/V and gives the next block's logits."""
+        return self._pass(block, positions, start, logits=True, done=(done, done_positions))
+
     def _allocate(self, batch, capacity, block_size):
         self.graphs.clear()
         self.cache = None
@@ -145,53 +164,69 @@ class GraphRunner:
             torch.cuda.empty_cache()
         self.cache = StaticCache(self.model, batch, capacity)
         self.block_size = block_size
-        self.tokens = torch.zeros((batch, block_size), dtype=torch.long, device=self.device)
-        self.positions = torch.zeros((batch, block_size), dtype=torch.long, device=self.device)
-        self.slots = torch.zeros(block_size, dtype=torch.long, device=self.device)
-        self.mask = torch.zeros((batch, 1, block_size, capacity), dtype=torch.bool, device=self.device)
+        # Room for two blocks: a pass over a finished block (rows :block_size) and the next one runs both at once;
+        # a pass over one block uses the first half. Graphs replay on these buffers.
+        self.tokens = torch.zeros((batch, 2 * block_size), dtype=torch.long, device=self.device)
+        self.positions = torch.zeros((batch, 2 * block_size), dtype=torch.long, device=self.device)
+        self.slots = torch.zeros(2 * block_size, dtype=torch.long, device=self.device)
+        self.mask = torch.zeros((batch, 1, 2 * block_size, capacity), dtype=torch.bool, device=self.device)
+        self.keys = torch.arange(capacity, device=self.device)
+        self.limits = torch.zeros(2 * block_size, dtype=torch.long, device=self.device)
         self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
 
     @torch.inference_mode()
-    def _pass(self, block, positions, start, logits):
+    def _pass(self, block, positions, start, logits, done=None):
         bs = block.shape[1]
-        end = start + bs
+        n = 0 if done is None else done[0].shape[1]
+        first, end = start - n, start + bs
         bucket = min(-(-end // BUCKET) * BUCKET, self.cache.capacity)
-        self.tokens.copy_(block)
-        self.positions.copy_(positions)
-        torch.arange(start, end, out=self.slots)
-        # The block sees every valid key before its end: earlier blocks (final K/V) and itself (bidirectional).
-        self.mask.copy_((self.valid & (torch.arange(self.cache.capacity, device=self.device) < end))[:, None, None, :]
-                        .expand_as(self.mask))
+        rows = n + bs
+        if done is None:
+            self.tokens[:, :rows].copy_(block)
+            self.positions[:, :rows].copy_(positions)
+        else:
+            torch.cat((done[0], block), 1, out=self.tokens[:, :rows])
+            torch.cat((done[1], positions), 1, out=self.positions[:, :rows])
+        torch.arange(first, end, out=self.slots[:rows])
+        # Each row sees every valid key before its block's end: earlier blocks (final K/V) and its own block
+        # (bidirectional); a finished block's rows do not see the block after it.
+        self.limits[:n].fill_(start)
+        self.limits[n:rows].fill_(end)
+        torch.logical_and(self.valid[:, None, None, :],
+                          (self.keys[None, :] < self.limits[:rows, None])[None, None], out=self.mask[:, :, :rows])
         if not self.use_graphs:
-            return self._forward(bucket, logits)
-        key = (logits, bucket)
+            return self._forward(bucket, logits, n, rows)
+        key = (logits, n, bucket)
         if key not in self.graphs:
-            self.graphs[key] = self._capture(bucket, logits)
+            self.graphs[key] = self._capture(bucket, logits, n, rows)
         graph, out = self.graphs[key]
         graph.replay()
         return out
 
-    def _forward(self, bucket, logits):
+    def _forward(self, bucket, logits, done, rows):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        self.cache.slots, self.cache.length = self.slots, bucket
-        if self.attention == "efficient" and self.device.type == "cuda":
-            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
-                hidden = self.model.hidden(self.tokens, self.positions, self.mask[..., :bucket], self.cache)
-        else:
-            hidden = self.model.hidden(self.tokens, self.positions, self.mask[..., :bucket], self.cache)
-        return self.model.lm_head(hidden) if logits else hidden
+        from engine import skinny
 
-    def _capture(self, bucket, logits):
-        # Warm up on a side stream (allocator and cuBLAS settle), then record. Both write this block's K/V, which
+        self.cache.slots, self.cache.length = self.slots[:rows], bucket
+        args = (self.tokens[:, :rows], self.positions[:, :rows], self.mask[:, :, :rows, :bucket], self.cache)
+        backends = contextlib.nullcontext()
+        if self.attention == "efficient" and self.device.type == "cuda":
+            backends = sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+        with backends, skinny.active(self.skinny):
+            hidden = self.model.hidden(*args)
+            return self.model.logits(hidden[:, done:]) if logits else hidden
+
+    def _capture(self, bucket, logits, done, rows):
+        # Warm up on a side stream (allocator and cuBLAS settle), then record. Both write this pass's K/V, which
         # the pass itself does anyway, so capturing changes nothing the decoder can see.
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            self._forward(bucket, logits)
+            self._forward(bucket, logits, done, rows)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = self._forward(bucket, logits)
+            out = self._forward(bucket, logits, done, rows)
         self.captures += 1
         return graph, out

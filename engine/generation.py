@@ -14,7 +14,8 @@ class Generation:
     text: str = ""  # token_ids decoded without special tokens ("" when no tokenizer was given)
     prompt_tokens: int = 0
     steps: int = 0  # denoising passes the batch ran
-    forwards: int = 0  # model forwards the batch ran: prefill, denoising passes and K/V writes
+    forwards: int = 0  # model forwards the batch ran: the prefill, then denoising passes (a block's first also writes
+    # the K/V of the block before it)
     seconds: float = 0.0  # wall time of the whole batch
 
     @property

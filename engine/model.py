@@ -46,13 +46,26 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, weight)
+
+
 class Kernels:
-    """The elementwise pieces of a layer, called through here so that `engine.fast.compile_kernels()` can swap in
-    torch.compile'd versions (one fused GPU kernel each instead of many small ones). Same math either way."""
+    """The elementwise pieces of a layer and its bias-free products, called through here so that `engine.fast` can
+    swap in torch.compile'd elementwise kernels (one fused GPU kernel each instead of many small ones) and a matmul
+    made for few rows (engine.skinny). Same math either way."""
 
     rms_norm = staticmethod(rms_norm)
     qk_norm_rotary = staticmethod(qk_norm_rotary)
     swiglu = staticmethod(swiglu)
+    linear = staticmethod(linear)
+
+
+def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """module(x), through Kernels.linear when the module is a plain bias-free nn.Linear (not a LoRA wrapper)."""
+    if type(module) is nn.Linear and module.bias is None:
+        return Kernels.linear(x, module.weight)
+    return module(x)
 
 
 class RMSNorm(nn.Module):
@@ -78,24 +91,28 @@ class KVCache:
     """Keys and values of final tokens, per layer, as [B, kv_heads, T, head_dim]; grows by concatenation.
 
     `update` returns cached + new keys and values for attention and keeps the new ones only while `write` is True,
-    so a denoising pass reads the cache and the pass over a block's final tokens extends it.
+    so a denoising pass reads the cache and the pass over a block's final tokens extends it. With `keep` set, only
+    the first `keep` new positions are kept: a pass over a finished block and the next one writes the first only.
     """
 
     def __init__(self, layers: int):
         self.keys: list[torch.Tensor | None] = [None] * layers
         self.values: list[torch.Tensor | None] = [None] * layers
         self.write = False
+        self.keep: int | None = None
 
     @property
     def length(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[2]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        new = k.shape[2]
         if self.keys[layer] is not None:
             k = torch.cat((self.keys[layer], k), dim=2)
             v = torch.cat((self.values[layer], v), dim=2)
         if self.write:
-            self.keys[layer], self.values[layer] = k, v
+            end = None if self.keep is None else k.shape[2] - new + self.keep
+            self.keys[layer], self.values[layer] = k[:, :, :end], v[:, :, :end]
         return k, v
 
 
@@ -118,7 +135,7 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, mask, cache=None):
         B, L, _ = x.shape
         if self.qkv_weight is not None and not torch.is_grad_enabled():  # one matmul instead of three
-            q, k, v = F.linear(x, self.qkv_weight).split([self.q_proj.out_features, self.k_proj.out_features,
+            q, k, v = Kernels.linear(x, self.qkv_weight).split([self.q_proj.out_features, self.k_proj.out_features,
                                                           self.v_proj.out_features], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
@@ -135,7 +152,7 @@ class Attention(nn.Module):
         q = q.reshape(B, self.kv_heads, group * L, self.head_dim)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
         y = y.reshape(B, self.heads, L, self.head_dim).transpose(1, 2).reshape(B, L, self.heads * self.head_dim)
-        return self.o_proj(y)
+        return project(self.o_proj, y)
 
 
 class MLP(nn.Module):
@@ -148,10 +165,10 @@ class MLP(nn.Module):
 
     def forward(self, x):
         if self.gate_up_weight is not None and not torch.is_grad_enabled():
-            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            gate, up = Kernels.linear(x, self.gate_up_weight).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(Kernels.swiglu(gate, up))
+        return project(self.down_proj, Kernels.swiglu(gate, up))
 
 
 class Layer(nn.Module):
@@ -202,7 +219,11 @@ class SDARModel(nn.Module):
         attention_mask: bool [B, 1, L, Lk] or [L, Lk], True where a query may attend to a key (Lk counts cached
         keys first). None means block-causal with config.block_size, from position 0 (or from the cache's end).
         """
-        return self.lm_head(self.hidden(input_ids, position_ids, attention_mask, cache))
+        return self.logits(self.hidden(input_ids, position_ids, attention_mask, cache))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output head over final-normed hidden states."""
+        return project(self.lm_head, hidden)
 
     def hidden(self, input_ids, position_ids=None, attention_mask=None, cache: KVCache | None = None):
         """The final-normed hidden states [B, L, D]: `forward` without the output head."""

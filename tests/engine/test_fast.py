@@ -55,11 +55,16 @@ def test_bf16_graph_pass_matches_reference_pass():
     valid = torch.ones(2, 40, dtype=torch.bool, device="cuda")
     positions = torch.arange(40, device="cuda")[None].expand(2, -1)
     with torch.inference_mode():
-        logits = []
+        logits, both = [], []
         for runner in (CacheRunner(model), GraphRunner(model)):
             runner.prefill(tokens[:, :36], positions[:, :36], valid, 4)
             logits.append(runner.denoise(tokens[:, 36:], positions[:, 36:], 36).float().clone())
+            runner.prefill(tokens[:, :32], positions[:, :32], valid, 4)  # block 32:36 finished, 36:40 next
+            both.append(runner.commit_and_denoise(tokens[:, 32:36], positions[:, 32:36], tokens[:, 36:],
+                                                  positions[:, 36:], 36).float().clone())
     torch.testing.assert_close(logits[1], logits[0], atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(both[0], logits[0], atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(both[1], logits[0], atol=3e-2, rtol=3e-2)
 
 
 @pytest.mark.gpu
