@@ -20,6 +20,9 @@ fi
 if [ -z "${SKIP_DECODE:-}" ]; then
     timeout "${DECODE_LIMIT:-240}" python3 benchmarks/decode.py 2>&1 | tee "$out/decode_bench.log"
 fi
+if [ -n "${PROFILE:-}" ]; then  # where a batch-1 block pass spends its time, kernel by kernel
+    timeout 120 python3 benchmarks/decode.py --profile 2>&1 | tee "$out/decode_profile.log"
+fi
 if [ -n "$plain" ]; then
     wait "$plain"
     cat "$out/plain_build.log"

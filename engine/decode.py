@@ -210,6 +210,7 @@ def generate(
     forwards = 1 if origin else 0
     step = 0
     pending = None  # start of the finished block whose K/V the next pass writes
+    fused = hasattr(runner, "commit_and_denoise")  # a runner may run that write and the next pass as one forward
     done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
     blocks = 0
     for blocks in range(1, n_blocks + 1):
@@ -228,11 +229,14 @@ def generate(
                 continue  # nothing to commit in this pass for any row
             if s.strategy == "dynamic" and not masked.any():
                 break
-            if pending is None:
-                logits = runner.denoise(block, where, lo)
-            else:  # the previous block's K/V is written by this block's first pass
+            if pending is not None and fused:  # the previous block's K/V is written by this block's first pass
                 logits = runner.commit_and_denoise(tokens[:, pending:lo], positions[:, pending:lo], block, where, lo)
-                pending = None
+            else:
+                if pending is not None:  # a runner without the fused pass writes it on its own first
+                    runner.commit(tokens[:, pending:lo], positions[:, pending:lo], pending)
+                    forwards += 1
+                logits = runner.denoise(block, where, lo)
+            pending = None
             forwards += 1
             sampled, confidence = sample(logits, s, generator)
             commit = choose(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)

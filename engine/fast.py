@@ -46,17 +46,6 @@ def compile_kernels() -> float | None:
     return time.perf_counter() - began
 
 
-def use_skinny_matmuls() -> bool:
-    """Route the layers' products through engine.skinny.linear, process-wide; it takes the Triton kernel only inside
-    `skinny.active()` (a runner's passes that asked for it) and is F.linear elsewhere. False without Triton."""
-    from engine import skinny
-
-    if not skinny.available():
-        return False
-    Kernels.linear = staticmethod(skinny.linear)
-    return True
-
-
 def fuse_projections(model: SDARModel) -> None:
     """Put each layer's q/k/v weights, and its gate/up weights, into one tensor, the parameters becoming views of it
     (no extra memory). Inference then runs one wide matmul instead of several narrow ones, which a GPU streams
@@ -107,9 +96,8 @@ class GraphRunner:
     plain eager calls on a CPU. Keep one per model: graphs and cache are reused while batch and length fit."""
 
     def __init__(self, model: SDARModel, graphs: bool | None = None, compile: bool | None = None,
-                 fuse: bool | None = None, attention: str = "efficient", skinny: bool | None = None):
-        """None: each choice on where it helps (a GPU). `skinny`: few-row products by engine.skinny's Triton kernel
-        instead of cuBLAS."""
+                 fuse: bool | None = None, attention: str = "efficient"):
+        """None: each choice on where it helps (a GPU)."""
         self.model = model
         self.device = model.lm_head.weight.device
         on_gpu = self.device.type == "cuda"
@@ -119,7 +107,6 @@ class GraphRunner:
             self.compile_seconds = compile_kernels()
         if on_gpu if fuse is None else fuse:
             fuse_projections(model)
-        self.skinny = (on_gpu if skinny is None else skinny) and use_skinny_matmuls()
         # SDPA backend for block passes: memory-efficient attention handles a few queries over a long cache with
         # a mask at low overhead; "default" leaves PyTorch's choice.
         self.attention = attention
@@ -206,14 +193,12 @@ class GraphRunner:
     def _forward(self, bucket, logits, done, rows):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        from engine import skinny
-
         self.cache.slots, self.cache.length = self.slots[:rows], bucket
         args = (self.tokens[:, :rows], self.positions[:, :rows], self.mask[:, :, :rows, :bucket], self.cache)
         backends = contextlib.nullcontext()
         if self.attention == "efficient" and self.device.type == "cuda":
             backends = sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-        with backends, skinny.active(self.skinny):
+        with backends:
             hidden = self.model.hidden(*args)
             return self.model.logits(hidden[:, done:]) if logits else hidden
 

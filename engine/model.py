@@ -46,26 +46,13 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, weight)
-
-
 class Kernels:
-    """The elementwise pieces of a layer and its bias-free products, called through here so that `engine.fast` can
-    swap in torch.compile'd elementwise kernels (one fused GPU kernel each instead of many small ones) and a matmul
-    made for few rows (engine.skinny). Same math either way."""
+    """The elementwise pieces of a layer, called through here so that `engine.fast.compile_kernels()` can swap in
+    torch.compile'd versions (one fused GPU kernel each instead of many small ones). Same math either way."""
 
     rms_norm = staticmethod(rms_norm)
     qk_norm_rotary = staticmethod(qk_norm_rotary)
     swiglu = staticmethod(swiglu)
-    linear = staticmethod(linear)
-
-
-def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """module(x), through Kernels.linear when the module is a plain bias-free nn.Linear (not a LoRA wrapper)."""
-    if type(module) is nn.Linear and module.bias is None:
-        return Kernels.linear(x, module.weight)
-    return module(x)
 
 
 class RMSNorm(nn.Module):
@@ -135,7 +122,7 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, mask, cache=None):
         B, L, _ = x.shape
         if self.qkv_weight is not None and not torch.is_grad_enabled():  # one matmul instead of three
-            q, k, v = Kernels.linear(x, self.qkv_weight).split([self.q_proj.out_features, self.k_proj.out_features,
+            q, k, v = F.linear(x, self.qkv_weight).split([self.q_proj.out_features, self.k_proj.out_features,
                                                           self.v_proj.out_features], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
@@ -152,7 +139,7 @@ class Attention(nn.Module):
         q = q.reshape(B, self.kv_heads, group * L, self.head_dim)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
         y = y.reshape(B, self.heads, L, self.head_dim).transpose(1, 2).reshape(B, L, self.heads * self.head_dim)
-        return project(self.o_proj, y)
+        return self.o_proj(y)
 
 
 class MLP(nn.Module):
@@ -165,10 +152,10 @@ class MLP(nn.Module):
 
     def forward(self, x):
         if self.gate_up_weight is not None and not torch.is_grad_enabled():
-            gate, up = Kernels.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return project(self.down_proj, Kernels.swiglu(gate, up))
+        return self.down_proj(Kernels.swiglu(gate, up))
 
 
 class Layer(nn.Module):
@@ -223,7 +210,7 @@ class SDARModel(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output head over final-normed hidden states."""
-        return project(self.lm_head, hidden)
+        return self.lm_head(hidden)
 
     def hidden(self, input_ids, position_ids=None, attention_mask=None, cache: KVCache | None = None):
         """The final-normed hidden states [B, L, D]: `forward` without the output head."""

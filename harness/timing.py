@@ -18,6 +18,8 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
+_sleep = torch.cuda._sleep
+COVER_CAP_MS = 5.0  # longest GPU wait queued before a trial's start event (see `measure`)
 
 
 def _flusher(device: torch.device) -> Callable[[], None]:
@@ -35,10 +37,14 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
     At least `trials` trials; a short forward gets more, until the timed loop has run `budget_s` seconds (at most
     ten times `trials`), so a microsecond kernel's median rests on enough samples to repeat.
 
-    On CUDA the start event is queued right behind the L2 flush, without a synchronize in between: the host launches
-    forward while the GPU still flushes, so the events time forward's GPU work and not the host's launch latency
-    (which a synchronize before the start event would add to every trial of a microsecond kernel). The host clock
-    spans flush and forward up to a device-wide synchronize; the flush's own GPU time is taken off it.
+    On CUDA the start event is queued behind the L2 flush and a GPU-side wait, without a synchronize in between: the
+    host launches forward while the GPU still flushes and waits, so the events time forward's GPU work and not the
+    host's launch latency (which a synchronize before the start event would add to every trial of a microsecond
+    kernel). The wait outlasts the host's launch of forward as seen in warm-up (`_cover_cycles`; at most
+    COVER_CAP_MS): behind the flush alone (~30 us on an H200), a slower launch on a busy or idling CPU leaked into
+    some trials and not others, and a 2 us kernel's speedup moved from 0.34x to 2.02x between re-checks. The host
+    clock spans flush, wait and forward up to a device-wide synchronize; the GPU time before the start event is
+    taken off it.
 
     Warm-up runs at least `warmup` forwards and, with the flush, at least `warm_s` seconds without a synchronize:
     an idle H200 sits at a fraction of its boost clock, and a microsecond kernel timed before the clock is up
@@ -48,12 +54,15 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
     cuda = device.type == "cuda"
     sync = (lambda: _synchronize(device)) if cuda else (lambda: None)
     with torch.no_grad():
-        warmed, warm_started = 0, _perf_counter()
+        warmed, warm_started, launches = 0, _perf_counter(), []
         while warmed < max(warmup, 1) or (cuda and _perf_counter() - warm_started < warm_s):
             flush()
+            h0 = _perf_counter()
             forward()
+            launches.append(_perf_counter() - h0)
             warmed += 1
         sync()
+        cover = _cover_cycles(launches[1:] or launches) if cuda else 0
         events, host = [], []
         limit, loop_started = max(trials, 1) * 10, _perf_counter()
         while len(host) < trials or (len(host) < limit and _perf_counter() - loop_started < budget_s):
@@ -62,6 +71,8 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
                 h0 = _perf_counter()
                 _record(flushed)
                 flush()
+                if cover:
+                    _sleep(cover)
                 _record(start)
                 forward()
                 _record(end)
@@ -79,6 +90,22 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
     return {**summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
             "clock": "cuda-events" if cuda else "host", "overhead_ms": overhead, "samples": samples,
             "host_samples": host}
+
+
+def _cover_cycles(launches: list[float]) -> int:
+    """GPU clock cycles to wait so that forward is launched before its start event runs: 1.5 times the launch time
+    (seconds, host clock) that 90 % of warm-up launches stayed under (one stalled launch does not slow every trial),
+    plus 20 us, at most COVER_CAP_MS, at the clock rate measured now."""
+    launch = sorted(launches)[int(0.9 * (len(launches) - 1))]
+    seconds = min(1.5 * launch + 20e-6, COVER_CAP_MS / 1e3)
+    probe = 200_000
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    _record(start)
+    _sleep(probe)
+    _record(end)
+    _synchronize()
+    per_ms = probe / max(_elapsed(start, end), 1e-3)
+    return int(per_ms * seconds * 1e3)
 
 
 def _sync_overhead(sync: Callable[[], None], repeats: int = 20) -> float:

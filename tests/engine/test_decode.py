@@ -95,6 +95,21 @@ def test_static_commits_one_token_per_pass_and_every_block_after_the_previous(ti
     assert g.forwards == 1 + g.steps
 
 
+def test_a_runner_without_the_fused_pass_writes_each_block_on_its_own(tiny, prompt):
+    from engine.decode import CacheRunner
+
+    class Separate:
+        def __init__(self, runner):
+            self.prefill, self.denoise, self.commit = runner.prefill, runner.denoise, runner.commit
+
+    args = dict(temperature=0, max_new_tokens=30, stop_token_ids=())
+    (fused,) = generate(tiny.model, [prompt], None, **args)
+    (separate,) = generate(tiny.model, [prompt], None, runner=Separate(CacheRunner(tiny.model)), **args)
+    assert (separate.token_ids, separate.trace) == (fused.token_ids, fused.trace)
+    blocks = math.ceil((30 + len(prompt) % 4) / 4)
+    assert separate.forwards == fused.forwards + blocks - 1  # every block's write but the last's
+
+
 def test_batched_equals_single(tiny, prompt):
     args = dict(temperature=0, max_new_tokens=21, stop_token_ids=())
     prompts = [prompt, prompt[:9], prompt[:2], prompt]
