@@ -51,6 +51,12 @@ def stages(report) -> str:
     return "stages: " + ", ".join(f"{s.name} {s.seconds:.2f} s" for s in report.stages)
 
 
+def clocks(report) -> str:
+    """Each side's interquartile mean and median (ms) and its trial count: what the speedup came from."""
+    return "timings: " + ", ".join(f"{name} {t.central_ms * 1e3:.2f} us (median {t.median_ms * 1e3:.2f}, "
+                                   f"{t.trials} trials)" for name, t in report.timings.items())
+
+
 def machine() -> str:
     try:
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -134,7 +140,8 @@ def checks(reference: str, fixture: str, options, args, row, speedups: list[floa
         if i:
             time.sleep(args.pause)
         seconds, report = check_seconds(reference, solution, options)
-        row(f"re-check unchanged, warm workers #{i + 1}", seconds, f"{report.summary()}; {stages(report)}")
+        row(f"re-check unchanged, warm workers #{i + 1}", seconds,
+            f"{report.summary()}; {stages(report)}; {clocks(report)}")
         if report.speedup_eager:
             speedups.append(report.speedup_eager)
 
