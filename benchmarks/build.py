@@ -52,8 +52,8 @@ def stages(report) -> str:
 
 
 def clocks(report) -> str:
-    """Each side's interquartile mean and median (ms) and its trial count: what the speedup came from."""
-    return "timings: " + ", ".join(f"{name} {t.central_ms * 1e3:.2f} us (median {t.median_ms * 1e3:.2f}, "
+    """Each side's median, interquartile range and trial count: what the speedup came from."""
+    return "timings: " + ", ".join(f"{name} median {t.median_ms * 1e3:.2f} us (IQR {t.spread_ms * 1e3:.2f}, "
                                    f"{t.trials} trials)" for name, t in report.timings.items())
 
 

@@ -248,7 +248,7 @@ class _Check:
         escaped = any(v.get("disagrees") for v in raw.values())
         if raw.get("solution", {}).get("disagrees"):
             self.findings.append(findings.timer_mismatch(raw["solution"], self.forward_span()))
-        clock = "host_median_ms" if escaped else "central_ms"
+        clock = "host_median_ms" if escaped else "median_ms"
         solution_ms = raw["solution"][clock] if "solution" in raw else None
         for name, field_name in (("eager", "speedup_eager"), ("compile", "speedup_compile")):
             if name in raw and solution_ms:

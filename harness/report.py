@@ -73,7 +73,6 @@ class Timing:
     trials: int
     host_median_ms: float = 0.0  # host clock over a device-wide synchronize, per trial
     clock: str = "cuda-events"  # "cuda-events" or "host" (CPU mode)
-    central_ms: float = 0.0  # interquartile mean: what speedups divide (see harness.samples.summary)
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,10 @@ from typing import Any
 
 
 def summary(samples: list[float]) -> dict[str, float]:
-    """Median, interquartile range, extremes, and the interquartile mean (`central_ms`: the mean of the samples
-    between the quartiles), which speedups use: CUDA events tick in about 0.5 us, so a few-microsecond kernel's
-    median jumps a whole tick between runs (5-6 % here), while the mean of the middle half still resolves below a
-    tick and ignores outliers as the median does."""
     ordered = sorted(samples)
     q = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
-    middle = [s for s in ordered if q[0] <= s <= q[2]] or ordered
     return {"median_ms": statistics.median(ordered), "spread_ms": q[2] - q[0], "min_ms": ordered[0],
-            "max_ms": ordered[-1], "central_ms": statistics.fmean(middle)}
+            "max_ms": ordered[-1]}
 
 
 def pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
