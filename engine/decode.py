@@ -19,6 +19,9 @@ from engine.generation import Generation, Progress
 from engine.model import KVCache, SDARModel, block_causal_mask
 
 
+FUSED_PASS_ROWS = 64  # the most rows (batch x two blocks) a pass writing one block and denoising the next may have
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
     block_size: int = 4
@@ -210,7 +213,10 @@ def generate(
     forwards = 1 if origin else 0
     step = 0
     pending = None  # start of the finished block whose K/V the next pass writes
-    fused = hasattr(runner, "commit_and_denoise")  # a runner may run that write and the next pass as one forward
+    # A runner may run that write and the next pass as one forward: while the rows stay few, a pass costs what
+    # reading the weights costs, and one 8-row pass replaces two 4-row ones (H200, b=1: 314-347 tok/s against 261).
+    # With many rows the passes are bound by compute, and one long pass was slower (b=64: 8020 tok/s against 9753).
+    fused = hasattr(runner, "commit_and_denoise") and B * 2 * bs <= FUSED_PASS_ROWS
     done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
     blocks = 0
     for blocks in range(1, n_blocks + 1):

@@ -108,6 +108,8 @@ def test_a_runner_without_the_fused_pass_writes_each_block_on_its_own(tiny, prom
     assert (separate.token_ids, separate.trace) == (fused.token_ids, fused.trace)
     blocks = math.ceil((30 + len(prompt) % 4) / 4)
     assert separate.forwards == fused.forwards + blocks - 1  # every block's write but the last's
+    many = generate(tiny.model, [prompt] * 9, None, **args)  # 9 x 2 blocks x 4 rows: past FUSED_PASS_ROWS
+    assert many[0].forwards == separate.forwards and many[0].token_ids == fused.token_ids
 
 
 def test_batched_equals_single(tiny, prompt):
