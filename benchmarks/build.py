@@ -80,7 +80,7 @@ def record(results: str, rows: list[tuple[str, float, str]], speedups: list[floa
     cut = "" if finished else " The run was stopped before its end; these are the rows it finished.\n"
     with open(results, "a") as out:
         out.write(f"\n## harness build and re-check, {stamp}, {machine()}\n\n"
-                  f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel, 512x512).{cut}\n{table}\n")
+                  f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel, 512x512).{cut}\n\n{table}\n")
 
 
 def main() -> None:
