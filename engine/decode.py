@@ -103,10 +103,12 @@ def choose(confidence: torch.Tensor, masked: torch.Tensor, count: torch.Tensor, 
     return commit & masked
 
 
-def _limits(done: int, start: int, size: int, keys: int, device) -> torch.Tensor:
+def visible_keys(done: int, start: int, size: int, keys: int, device) -> torch.Tensor:
     """[1, 1, done + size, keys] bool for a pass over a finished block (`done` rows, which see keys before `start`)
-    and the block after it (`size` rows, which see every key before `start + size`)."""
-    limit = torch.tensor([start] * done + [start + size] * size, device=device)
+    and the block after it (`size` rows, which see every key before `start + size`). Built on the device without
+    a copy from the host, which would wait for the GPU in the middle of decoding."""
+    rows = torch.arange(done + size, device=device)
+    limit = torch.where(rows < done, start, start + size)
     return (torch.arange(keys, device=device)[None, :] < limit[:, None])[None, None]
 
 
@@ -138,7 +140,7 @@ class CacheRunner:
         finished block's rows see the keys before `start`, the new block's rows also see both blocks; only the
         finished block's K/V is kept. One forward instead of two."""
         n, end = done.shape[1], start + block.shape[1]
-        visible = self.valid[:, None, None, :end] & _limits(n, start, block.shape[1], end, block.device)
+        visible = self.valid[:, None, None, :end] & visible_keys(n, start, block.shape[1], end, block.device)
         self.cache.keep = n
         try:
             hidden = self._run(torch.cat((done, block), 1), torch.cat((done_positions, positions), 1), visible, True)
@@ -226,6 +228,10 @@ def generate(
             break
         block, where = tokens[:, lo:hi], positions[:, lo:hi]  # views: commits land in `tokens`
         live = torch.tensor([d is None for d in done], device=device)
+        if pending is not None and not fused:  # a runner without the fused pass writes it as a forward of its own
+            runner.commit(tokens[:, pending:lo], positions[:, pending:lo], pending)
+            forwards += 1
+            pending = None
         masked = new[:, lo:hi] & live[:, None]
         counts = [0 if done[r] else max(0, min(bs, hi - max(lo, start[r]))) for r in range(B)]
         schedule = [transfer_schedule(c, s.steps) for c in counts]
@@ -235,14 +241,11 @@ def generate(
                 continue  # nothing to commit in this pass for any row
             if s.strategy == "dynamic" and not masked.any():
                 break
-            if pending is not None and fused:  # the previous block's K/V is written by this block's first pass
-                logits = runner.commit_and_denoise(tokens[:, pending:lo], positions[:, pending:lo], block, where, lo)
-            else:
-                if pending is not None:  # a runner without the fused pass writes it on its own first
-                    runner.commit(tokens[:, pending:lo], positions[:, pending:lo], pending)
-                    forwards += 1
+            if pending is None:
                 logits = runner.denoise(block, where, lo)
-            pending = None
+            else:  # the previous block's K/V is written by this block's first pass
+                logits = runner.commit_and_denoise(tokens[:, pending:lo], positions[:, pending:lo], block, where, lo)
+                pending = None
             forwards += 1
             sampled, confidence = sample(logits, s, generator)
             commit = choose(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
@@ -250,9 +253,8 @@ def generate(
             trace[:, lo:hi].masked_fill_(commit, step)
             masked &= ~commit
             step += 1
-        if pending is not None:  # no pass ran over this block: write the previous block's K/V on its own
-            runner.commit(tokens[:, pending:lo], positions[:, pending:lo], pending)
-            forwards += 1
+        # Every live row has a MASK in every block (rows are aligned at their first), so a pass always ran.
+        assert pending is None, "a block ended without a pass to write the previous block's K/V"
         pending = lo  # the cache only ever holds K/V of final tokens; the last block's is never needed
 
         _check_stops(done, block.tolist(), lo, start, stops, s.max_new_tokens)  # once per block

@@ -12,6 +12,7 @@ import warnings
 import torch
 
 from engine import model as model_code
+from engine.decode import visible_keys
 from engine.model import Kernels, SDARModel, block_causal_mask
 
 BUCKET = 256  # attention reads the cache up to the next multiple of this: few graphs, little wasted reading
@@ -157,8 +158,6 @@ class GraphRunner:
         self.positions = torch.zeros((batch, 2 * block_size), dtype=torch.long, device=self.device)
         self.slots = torch.zeros(2 * block_size, dtype=torch.long, device=self.device)
         self.mask = torch.zeros((batch, 1, 2 * block_size, capacity), dtype=torch.bool, device=self.device)
-        self.keys = torch.arange(capacity, device=self.device)
-        self.limits = torch.zeros(2 * block_size, dtype=torch.long, device=self.device)
         self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
 
     @torch.inference_mode()
@@ -177,10 +176,8 @@ class GraphRunner:
         torch.arange(first, end, out=self.slots[:rows])
         # Each row sees every valid key before its block's end: earlier blocks (final K/V) and its own block
         # (bidirectional); a finished block's rows do not see the block after it.
-        self.limits[:n].fill_(start)
-        self.limits[n:rows].fill_(end)
-        torch.logical_and(self.valid[:, None, None, :],
-                          (self.keys[None, :] < self.limits[:rows, None])[None, None], out=self.mask[:, :, :rows])
+        torch.logical_and(self.valid[:, None, None, :], visible_keys(n, start, bs, self.cache.capacity, self.device),
+                          out=self.mask[:, :, :rows])
         if not self.use_graphs:
             return self._forward(bucket, logits, n, rows)
         key = (logits, n, bucket)
