@@ -7,6 +7,7 @@ Prints a table and appends a dated section to benchmarks/RESULTS.md. Needs a CUD
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import platform
 import socket
@@ -19,10 +20,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine import model as model_code  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
 from engine.decode import generate  # noqa: E402
 from engine.fast import GraphRunner  # noqa: E402
-from engine.model import SDARModel  # noqa: E402
+from engine.model import Kernels, SDARModel  # noqa: E402
 
 DICE_1_7B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, block_size=4)
@@ -110,12 +112,18 @@ def profile(model, runner, prompt_len) -> None:
         print(f"{name}: {seconds * 1e6:.1f} us, {nbytes / seconds / 1e12:.2f} TB/s")
 
 
-class SeparatePasses:
-    """A runner without the fused pass: each block's K/V write runs as a forward of its own (the decoder before the
-    fused pass), for a same-run comparison."""
-
-    def __init__(self, runner):
-        self.prefill, self.denoise, self.commit = runner.prefill, runner.denoise, runner.commit
+@contextlib.contextmanager
+def residual_adds(plain: bool):
+    """While on (graphs captured meanwhile keep it): each residual add is an elementwise kernel of its own after the
+    product, as before the products added it (engine.model.add_projection)."""
+    if not plain:
+        yield
+        return
+    Kernels.add_projection = staticmethod(lambda residual, x, linear: residual + linear(x))
+    try:
+        yield
+    finally:
+        Kernels.add_projection = staticmethod(model_code.add_projection)
 
 
 def decode_speed(model, runner, batch, prompt_len, new_tokens, **settings) -> dict[str, float]:
@@ -227,17 +235,24 @@ def main() -> int:
              f"{latency['commit'] / roofline:.2f}x roofline"),
             ("K/V write + next block's pass b=1, 8 tokens (head on 4)", f"{latency['both'] * 1e3:.3f} ms",
              f"{latency['both'] / roofline:.2f}x roofline")]
-    other = GraphRunner(model, attention="default")  # the SDPA backend PyTorch picks, against the runner's choice
-    rows.append(("block forward b=1 with SDPA backend default",
-                 f"{block_forward(model, other, args.prompt)['denoise'] * 1e3:.3f} ms", "for comparison"))
-    for batch in (1, 64):
-        static = dict(strategy="static", steps=4, top_k=1)
-        for name, chosen in (("SDPA backend default", other), ("K/V writes as passes of their own",
-                                                                SeparatePasses(runner))):
-            r = decode_speed(model, chosen, batch, args.prompt, args.new, **static)
-            rows.append((f"b={batch} static decoding with {name}", f"{r['tokens/s']:.0f} tok/s "
-                         f"({r['forwards']} forwards)", "for comparison"))
-    del other
+    # Same run, same model: the runner's kernels against the alternatives, one change at a time, and the path of
+    # the previous benchmark runs (SDPA's memory-efficient attention, PyTorch's QK-norm/RoPE/K-V writes, residual
+    # adds of their own).
+    variants = {"SDPA backend default": dict(attention="default"),
+                "SDPA memory-efficient backend": dict(attention="efficient"),
+                "QK-norm, RoPE and K/V writes by PyTorch": dict(fused_inputs=False),
+                "the previous path": dict(attention="efficient", fused_inputs=False, plain_residuals=True)}
+    for name, options in variants.items():
+        with residual_adds(options.pop("plain_residuals", False)):
+            other = GraphRunner(model, **options)
+            seconds = block_forward(model, other, args.prompt)["denoise"]
+            rows.append((f"block forward b=1, {name}", f"{seconds * 1e3:.3f} ms",
+                         f"{seconds / roofline:.2f}x roofline"))
+            if name == "the previous path":
+                for batch in (1, 64):
+                    r = decode_speed(model, other, batch, args.prompt, args.new, strategy="static", steps=4, top_k=1)
+                    rows.append((f"b={batch} static decoding, {name}", f"{r['tokens/s']:.0f} tok/s", "for comparison"))
+        del other
     settings = {
         "static (steps 4, top_k 1)": dict(strategy="static", steps=4, top_k=1, temperature=1.0),
         "dynamic (tau 0.9, T 1, no top-k)": dict(strategy="dynamic", steps=4, threshold=0.9, top_k=0, temperature=1.0),

@@ -11,6 +11,8 @@ import warnings
 
 import torch
 
+import engine.attention
+import engine.fused
 from engine import model as model_code
 from engine.decode import visible_keys
 from engine.model import Kernels, SDARModel, block_causal_mask
@@ -72,10 +74,11 @@ class StaticCache:
     """K/V of every physical position, preallocated as [B, kv_heads, capacity, head_dim] per layer.
 
     `update` writes the new K/V at `slots` and returns the first `length` positions: a pass over a block writes that
-    block's K/V every time, and the last pass, over the final tokens, is the one that stays.
+    block's K/V every time, and the last pass, over the final tokens, is the one that stays. `rotate_and_update`
+    also does the QK-norm and RoPE before, in one kernel (engine.fused) where it can.
     """
 
-    def __init__(self, model: SDARModel, batch: int, capacity: int):
+    def __init__(self, model: SDARModel, batch: int, capacity: int, fused: bool = True, attention=None):
         c = model.config
         weight = model.lm_head.weight
         shape = (batch, c.num_key_value_heads, capacity, c.head_dim)
@@ -84,6 +87,15 @@ class StaticCache:
         self.batch, self.capacity = batch, capacity
         self.slots = torch.zeros(0, dtype=torch.long, device=weight.device)
         self.length = 0
+        self.fused = fused
+        self.attention = attention  # None: engine.model's (SDPA)
+
+    def rotate_and_update(self, layer: int, q, k, v, q_weight, k_weight, cos, sin, eps: float):
+        if not (self.fused and q.shape[0] == self.batch and engine.fused.usable(q)):
+            return model_code.rotate_and_update(self, layer, q, k, v, q_weight, k_weight, cos, sin, eps)
+        keys, values = self.keys[layer], self.values[layer]
+        q = engine.fused.rotate_and_store(q, k, v, q_weight, k_weight, cos, sin, eps, keys, values, self.slots)
+        return q, keys[:, :, : self.length], values[:, :, : self.length]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         rows = k.shape[0]  # 1 for a prefill shared by identical prompts: written to every row
@@ -97,8 +109,12 @@ class GraphRunner:
     plain eager calls on a CPU. Keep one per model: graphs and cache are reused while batch and length fit."""
 
     def __init__(self, model: SDARModel, graphs: bool | None = None, compile: bool | None = None,
-                 fuse: bool | None = None, attention: str = "efficient"):
-        """None: each choice on where it helps (a GPU)."""
+                 fuse: bool | None = None, attention: str = "triton", fused_inputs: bool = True):
+        """None: each choice on where it helps (a GPU).
+
+        attention, for block passes: "triton" (engine.attention: split over the cache, so a few queries still fill
+        the GPU), "efficient" (SDPA's memory-efficient backend) or "default" (PyTorch's pick). fused_inputs: QK-norm,
+        RoPE and the K/V writes in one kernel (engine.fused) rather than PyTorch's five."""
         self.model = model
         self.device = model.lm_head.weight.device
         on_gpu = self.device.type == "cuda"
@@ -108,9 +124,9 @@ class GraphRunner:
             self.compile_seconds = compile_kernels()
         if on_gpu if fuse is None else fuse:
             fuse_projections(model)
-        # SDPA backend for block passes: memory-efficient attention handles a few queries over a long cache with
-        # a mask at low overhead; "default" leaves PyTorch's choice.
-        self.attention = attention
+        if attention not in ("triton", "efficient", "default"):
+            raise ValueError(f"unknown attention {attention!r}: use triton, efficient or default")
+        self.attention, self.fused_inputs = attention, fused_inputs
         self.cache: StaticCache | None = None
         self.graphs: dict[tuple[bool, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = None
@@ -150,7 +166,8 @@ class GraphRunner:
         self.cache = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        self.cache = StaticCache(self.model, batch, capacity)
+        attention = engine.attention.block_attention if self.attention == "triton" else None
+        self.cache = StaticCache(self.model, batch, capacity, self.fused_inputs, attention)
         self.block_size = block_size
         # Room for two blocks: a pass over a finished block (rows :block_size) and the next one runs both at once;
         # a pass over one block uses the first half. Graphs replay on these buffers.

@@ -46,13 +46,42 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def rotate_and_update(cache, layer: int, q, k, v, q_weight, k_weight, cos, sin, eps: float):
+    """QK-norm and RoPE of q and k [B, L, heads, D], then the cache's update (if any): q, k, v as [B, heads, L, D],
+    k and v with the cached positions first."""
+    q, k = Kernels.qk_norm_rotary(q, k, q_weight, k_weight, cos, sin, eps)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if cache is not None:
+        k, v = cache.update(layer, k, v)
+    return q, k, v
+
+
+def attention(q, k, v, mask, scale: float, length: int) -> torch.Tensor:
+    """Attention of query heads folded into the query length, q [B, kv_heads, group * length, D] over k, v
+    [B, kv_heads, Lk, D]; returns the heads merged again, [B, length, heads * D]."""
+    B, kv_heads, rows, D = q.shape
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return y.reshape(B, kv_heads * rows // length, length, D).transpose(1, 2).reshape(B, length, -1)
+
+
+def add_projection(residual: torch.Tensor, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
+    """residual + linear(x). Without autograd it is one matmul that adds the residual as it writes its output
+    (beta = 1), not a matmul and then an elementwise kernel."""
+    if torch.is_grad_enabled():
+        return residual + linear(x)
+    flat = torch.addmm(residual.reshape(-1, residual.shape[-1]), x.reshape(-1, x.shape[-1]), linear.weight.t())
+    return flat.view(residual.shape)
+
+
 class Kernels:
-    """The elementwise pieces of a layer, called through here so that `engine.fast.compile_kernels()` can swap in
-    torch.compile'd versions (one fused GPU kernel each instead of many small ones). Same math either way."""
+    """The pieces of a layer between its products, called through here so that the fast path can swap in fused
+    GPU kernels (`engine.fast`: torch.compile'd norms, a Triton attention). Same math either way."""
 
     rms_norm = staticmethod(rms_norm)
     qk_norm_rotary = staticmethod(qk_norm_rotary)
     swiglu = staticmethod(swiglu)
+    attention = staticmethod(attention)
+    add_projection = staticmethod(add_projection)
 
 
 class RMSNorm(nn.Module):
@@ -119,7 +148,8 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.qkv_weight: torch.Tensor | None = None  # q, k, v weights in one tensor: see engine.fast.fuse_projections
 
-    def forward(self, x, cos, sin, mask, cache=None):
+    def forward(self, x, cos, sin, mask, cache=None, residual=None):
+        """residual + attention(x); without a residual, attention(x) alone."""
         B, L, _ = x.shape
         if self.qkv_weight is not None and not torch.is_grad_enabled():  # one matmul instead of three
             q, k, v = F.linear(x, self.qkv_weight).split([self.q_proj.out_features, self.k_proj.out_features,
@@ -128,18 +158,19 @@ class Attention(nn.Module):
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = q.view(B, L, self.heads, self.head_dim)
         k = k.view(B, L, self.kv_heads, self.head_dim)
-        v = v.view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = Kernels.qk_norm_rotary(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        if cache is not None:
-            k, v = cache.update(self.index, k, v)
+        v = v.view(B, L, self.kv_heads, self.head_dim)
+        norms = (self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
+        if hasattr(cache, "rotate_and_update"):  # the static cache, which does it in one kernel on a GPU
+            q, k, v = cache.rotate_and_update(self.index, q, k, v, *norms)
+        else:
+            q, k, v = rotate_and_update(cache, self.index, q, k, v, *norms)
         # Grouped-query attention: the query heads sharing a KV head are folded into the query length, so every
         # SDPA backend takes it without copying K/V; `mask` was folded the same way by the caller.
         group = self.heads // self.kv_heads
         q = q.reshape(B, self.kv_heads, group * L, self.head_dim)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
-        y = y.reshape(B, self.heads, L, self.head_dim).transpose(1, 2).reshape(B, L, self.heads * self.head_dim)
-        return self.o_proj(y)
+        attend = getattr(cache, "attention", None) or Kernels.attention  # the static cache may bring its own
+        y = attend(q, k, v, mask, self.head_dim**-0.5, L)
+        return self.o_proj(y) if residual is None else Kernels.add_projection(residual, y, self.o_proj)
 
 
 class MLP(nn.Module):
@@ -150,12 +181,14 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.gate_up_weight: torch.Tensor | None = None  # see engine.fast.fuse_projections
 
-    def forward(self, x):
+    def forward(self, x, residual=None):
+        """residual + mlp(x); without a residual, mlp(x) alone."""
         if self.gate_up_weight is not None and not torch.is_grad_enabled():
             gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(Kernels.swiglu(gate, up))
+        h = Kernels.swiglu(gate, up)
+        return self.down_proj(h) if residual is None else Kernels.add_projection(residual, h, self.down_proj)
 
 
 class Layer(nn.Module):
@@ -169,8 +202,8 @@ class Layer(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cos, sin, mask, cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, residual=x)
+        return self.mlp(self.post_attention_layernorm(x), residual=x)
 
 
 class Trunk(nn.Module):

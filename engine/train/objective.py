@@ -86,19 +86,19 @@ def _flex(q, k, v, block_mask, scale):
     return _compiled_flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
 
 
-def _flex_forward(self, x, cos, sin, mask, cache=None):
+def _flex_forward(self, x, cos, sin, mask, cache=None, residual=None):
     """engine.model.Attention.forward with FlexAttention when given a BlockMask; any other mask (decoding's) goes
     to the class's own forward."""
     from torch.nn.attention.flex_attention import BlockMask
 
     if not isinstance(mask, BlockMask):
-        return type(self).forward(self, x, cos, sin, mask, cache)
+        return type(self).forward(self, x, cos, sin, mask, cache, residual)
     B, L, _ = x.shape
     q = rotate(self.q_norm(self.q_proj(x).view(B, L, self.heads, self.head_dim)), cos, sin).transpose(1, 2)
     k = rotate(self.k_norm(self.k_proj(x).view(B, L, self.kv_heads, self.head_dim)), cos, sin).transpose(1, 2)
     v = self.v_proj(x).view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
-    y = _flex(q, k, v, mask, self.head_dim**-0.5)
-    return self.o_proj(y.transpose(1, 2).reshape(B, L, self.heads * self.head_dim))
+    y = self.o_proj(_flex(q, k, v, mask, self.head_dim**-0.5).transpose(1, 2).reshape(B, L, -1))
+    return y if residual is None else residual + y
 
 
 def rope(position: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -116,7 +116,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 def use_flex_attention(model: SDARModel) -> None:
-    """Let each layer's attention take a BlockMask. engine.model has no attention hook, so the Attention modules
-    get this forward per instance; with a boolean mask (decoding, RL rollouts) they behave exactly as before."""
+    """Let each layer's attention take a BlockMask: the Attention modules get this forward per instance (a BlockMask
+    needs its own q/k/v path, not just another attention kernel); with a boolean mask (decoding, RL rollouts) they
+    behave exactly as before."""
     for layer in model.model.layers:
         layer.self_attn.forward = types.MethodType(_flex_forward, layer.self_attn)
