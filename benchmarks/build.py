@@ -66,12 +66,16 @@ def machine() -> str:
     return f"{platform.node()} ({os.cpu_count()} cores, {gpu})"
 
 
-def record(results: str, rows: list[tuple[str, float, str]], speedups: list[float], finished: bool) -> None:
+def record(results: str, rows: list[tuple[str, float, str]], speedups: dict[str, list[float]],
+           finished: bool) -> None:
     lines = [f"| {name} | {seconds:.2f} s | {note} |" for name, seconds, note in rows]
-    if speedups:
-        mid = sorted(speedups)[len(speedups) // 2]
-        spread = max(abs(s / mid - 1) for s in speedups)
-        lines.append(f"| speedup over {len(speedups)} re-checks | {mid:.3f}x median | max deviation {spread:.1%} |")
+    for size, values in speedups.items():
+        if not values:
+            continue
+        mid = sorted(values)[len(values) // 2]
+        spread = max(abs(s / mid - 1) for s in values)
+        lines.append(f"| speedup over {len(values)} re-checks, {size} | {mid:.3f}x median | max deviation "
+                     f"{spread:.1%} ({', '.join(f'{s:.3f}' for s in values)}) |")
         print(lines[-1], flush=True)
     if not lines:
         return
@@ -80,7 +84,9 @@ def record(results: str, rows: list[tuple[str, float, str]], speedups: list[floa
     cut = "" if finished else " The run was stopped before its end; these are the rows it finished.\n"
     with open(results, "a") as out:
         out.write(f"\n## harness build and re-check, {stamp}, {machine()}\n\n"
-                  f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel, 512x512).{cut}\n\n{table}\n")
+                  f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel) against "
+                  f"add_reference.py (512x512 inputs; the re-checks marked with a larger size change only the "
+                  f"reference's inputs, so the build is the same).{cut}\n\n{table}\n")
 
 
 def main() -> None:
@@ -95,6 +101,8 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=5.0,
                         help="seconds between re-checks, as between two saves: the spares that replace the "
                              "workers a check used are warm again by the next one")
+    parser.add_argument("--large", type=int, default=4096,
+                        help="also re-check with NxN inputs (0: skip): the spread of a forward longer than ~5 us")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     args = parser.parse_args()
     reference = (FILES / "add_reference.py").read_text()
@@ -102,7 +110,7 @@ def main() -> None:
     cache = args.cache or tempfile.mkdtemp(prefix="dice-bench-")
     options = harness.Options(cache_dir=cache, baseline="eager")
     rows: list[tuple[str, float, str]] = []
-    speedups: list[float] = []
+    speedups: dict[str, list[float]] = {}
 
     def row(name: str, seconds: float, note: str) -> None:
         rows.append((name, seconds, note))
@@ -124,8 +132,9 @@ def main() -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def checks(reference: str, fixture: str, options, args, row, speedups: list[float]) -> None:
-    """Cold checks (precompiled header to build, then built), then unchanged re-checks a save's pause apart."""
+def checks(reference: str, fixture: str, options, args, row, speedups: dict[str, list[float]]) -> None:
+    """Cold checks (precompiled header to build, then built), then unchanged re-checks a save's pause apart, with the
+    reference's 512x512 inputs and then with larger ones."""
     import harness
 
     seconds, report = check_seconds(reference, unique(fixture, "first"), options)
@@ -136,14 +145,19 @@ def checks(reference: str, fixture: str, options, args, row, speedups: list[floa
     harness.keep_warm()
     harness.check(reference, solution, options)  # starts the spares
     time.sleep(5)
-    for i in range(args.repeats):
-        if i:
-            time.sleep(args.pause)
-        seconds, report = check_seconds(reference, solution, options)
-        row(f"re-check unchanged, warm workers #{i + 1}", seconds,
-            f"{report.summary()}; {stages(report)}; {clocks(report)}")
-        if report.speedup_eager:
-            speedups.append(report.speedup_eager)
+    sizes = [512] + ([args.large] if args.large else [])
+    for size in sizes:
+        text = reference.replace("512, 512", f"{size}, {size}")
+        label = f"{size}x{size}"
+        speedups[label] = []
+        for i in range(args.repeats):
+            if i or size != sizes[0]:
+                time.sleep(args.pause)
+            seconds, report = check_seconds(text, solution, options)
+            row(f"re-check unchanged, warm workers #{i + 1}, {label}", seconds,
+                f"{report.summary()}; {stages(report)}; {clocks(report)}")
+            if report.speedup_eager:
+                speedups[label].append(report.speedup_eager)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
 #   OUT=/some/dir bash benchmarks/default_model.sh eval    # dice-lsp eval on the held-out split
 #   OUT=/some/dir bash benchmarks/default_model.sh all     # both in one call; EVAL_LIMIT (seconds) or DEADLINE (epoch seconds)
 #                                                            bound the eval
+#   OUT=/some/dir bash benchmarks/default_model.sh continue  # more SFT from engine/bundled's weights on fresh tasks
+#                                                            (seed SEED), then eval of the result and of engine/bundled
+#                                                            on the same held-out tasks
 # `train` leaves the run in $WORK and packs final/ into $OUT/model.tar.part-* (device files are at most 16 MiB);
 # `eval` scores $WORK/run/final, or engine/bundled when the machine was restarted in between. Each stage's logs
 # come back as one tar, $OUT/logs-STAGE.tar (a device call returns at most 8 files).
@@ -13,7 +16,7 @@
 #   shape class, e.g. last), EVAL_STATE (resume an eval from an earlier call's eval-state.tar), EVAL_BATCH (samples
 #   built, then checked, at a time), TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
-stage="${1:?usage: default_model.sh train|more|eval|all}"
+stage="${1:?usage: default_model.sh train|more|eval|all|continue}"
 out="${OUT:-/tmp/dice-default-out}"
 work="${WORK:-/tmp/dice-default}"
 logs="$work/logs"
@@ -79,19 +82,33 @@ finish_checks() {
 evaluate() {
     # The eval always names one path ($work/model -> the run's final/ or engine/bundled), so a later call on a fresh
     # machine resumes its records: EVAL_STATE names the eval-state.tar an earlier call left in its $OUT.
-    local model="$work/run/final"
+    # Arguments (optional): the model directory and the eval's name (its folder under $WORK and its files in $OUT).
+    local model="${1:-$work/run/final}" name="${2:-eval}"
     [ -d "$model" ] || model="$PWD/engine/bundled"
-    ln -sfn "$model" "$work/model"
-    [ -n "${EVAL_STATE:-}" ] && [ ! -d "$work/eval" ] && tar -C "$work" -xf "$EVAL_STATE"
+    ln -sfn "$model" "$work/model-$name"
+    [ -n "${EVAL_STATE:-}" ] && [ ! -d "$work/$name" ] && tar -C "$work" -xf "$EVAL_STATE"
     [ -d "$work/heldout" ] || dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2
     # Re-running resumes the same --out, so an eval cut short by EVAL_LIMIT goes on where it stopped.
     local limit="${EVAL_LIMIT:-3000}"
     [ -n "${DEADLINE:-}" ] && limit=$((DEADLINE - 15 - $(date +%s)))  # DEADLINE: epoch seconds when the call must end
-    timeout "$limit" python3 -m dice_lsp eval "$work/heldout" --model "$work/model" --out "$work/eval" \
-        --workers "$workers" ${EVAL_BATCH:+--batch "$EVAL_BATCH"} --quiet 2>&1 | tee "$logs/eval.log"
-    cp "$work/eval/table.md" "$work/eval/samples.jsonl" "$work/eval/chart.png" "$logs/" 2>/dev/null
-    tar -C "$work" -cf "$out/logs-eval.tar" logs
-    tar -C "$work" -cf "$out/eval-state.tar" eval
+    timeout "$limit" python3 -m dice_lsp eval "$work/heldout" --model "$work/model-$name" --out "$work/$name" \
+        --workers "$workers" ${EVAL_BATCH:+--batch "$EVAL_BATCH"} --quiet 2>&1 | tee "$logs/$name.log"
+    mkdir -p "$logs/$name"
+    cp "$work/$name/table.md" "$work/$name/samples.jsonl" "$work/$name/chart.png" "$logs/$name/" 2>/dev/null
+    tar -C "$work" -cf "$out/logs-$name.tar" logs
+    tar -C "$work" -cf "$out/$name-state.tar" "$name"
+}
+
+# More SFT from the bundled model's weights and tokenizer, on fresh tasks of the training split (the held-out split
+# never enters), at a lower learning rate; then both models on the same held-out tasks, in the same call.
+more_from_bundled() {
+    dice data tasks "$work/train.jsonl" --count "${TASKS:-12000}" --seed "${SEED:-4}" | tee "$logs/tasks.log"
+    rm -rf "$work/heldout"
+    dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-40}" --seed 2 | tee -a "$logs/tasks.log"
+    cp -r engine/bundled "$work/init"
+    LR="${LR:-3e-4}" sft --no-resume
+    evaluate "$work/run/final" eval-continued
+    evaluate "$PWD/engine/bundled" eval-bundled
 }
 
 case "$stage" in
@@ -99,5 +116,6 @@ case "$stage" in
     more) sft && finish_checks ;;
     eval) evaluate ;;
     all) train && evaluate; finish_checks ;;
-    *) echo "unknown stage $stage: use train, more, eval or all" >&2; exit 2 ;;
+    continue) more_from_bundled ;;
+    *) echo "unknown stage $stage: use train, more, eval, all or continue" >&2; exit 2 ;;
 esac
