@@ -95,3 +95,26 @@ def test_the_pytorch_path_runs_where_the_kernel_cannot():
     with torch.no_grad():
         assert not fused.usable(torch.zeros(1, 1, 1, 16)) or os.environ.get("TRITON_INTERPRET") == "1"
         assert not fused.usable(torch.zeros(1, 1, 1, 24, device="meta"))  # head_dim not a power of two
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_kernel_equals_pytorch_on_the_gpu_at_dice_shape(dtype):
+    from engine import fused, model
+
+    torch.manual_seed(0)
+    B, L, H, KV, D, capacity = 3, 8, 16, 8, 128, 512
+    with torch.device("cuda"):
+        qkv = torch.randn(B, L, (H + 2 * KV) * D, dtype=dtype)
+        q, k, v = (t.view(B, L, -1, D) for t in qkv.split([H * D, KV * D, KV * D], -1))
+        q_weight, k_weight = torch.rand(D, dtype=dtype) + 0.5, torch.rand(D, dtype=dtype) + 0.5
+        cos, sin = model.rotary(torch.arange(300, 300 + L)[None].expand(B, -1), D, 1e6, dtype)
+        keys, values = torch.zeros(B, KV, capacity, D, dtype=dtype), torch.zeros(B, KV, capacity, D, dtype=dtype)
+        slots = torch.arange(300, 300 + L)
+    with torch.inference_mode():
+        out = fused.rotate_and_store(q, k, v, q_weight, k_weight, cos, sin, 1e-6, keys, values, slots)
+        want_q, want_k = model.qk_norm_rotary(q, k, q_weight, k_weight, cos, sin, 1e-6)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, want_q.transpose(1, 2), atol=tol, rtol=tol)
+    torch.testing.assert_close(keys[:, :, 300:300 + L], want_k.transpose(1, 2), atol=tol, rtol=tol)
+    assert torch.equal(values[:, :, 300:300 + L], v.transpose(1, 2))
