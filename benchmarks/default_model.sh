@@ -114,7 +114,7 @@ more_from_bundled() {
 case "$stage" in
     train) train && finish_checks ;;
     more) sft && finish_checks ;;
-    eval) evaluate ;;
+    eval) evaluate "${EVAL_MODEL:-$work/run/final}" "${EVAL_NAME:-eval}" ;;
     all) train && evaluate; finish_checks ;;
     continue) more_from_bundled ;;
     *) echo "unknown stage $stage: use train, more, eval, all or continue" >&2; exit 2 ;;
