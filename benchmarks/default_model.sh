@@ -5,6 +5,7 @@
 #   OUT=/some/dir bash benchmarks/default_model.sh eval    # dice-lsp eval on the held-out split
 #   OUT=/some/dir bash benchmarks/default_model.sh all     # both in one call; EVAL_LIMIT (seconds) or DEADLINE (epoch seconds)
 #                                                            bound the eval
+#   OUT=/some/dir bash benchmarks/default_model.sh curate    # `dice-lsp data curate` on CURATE (48) training tasks (seed 4)
 #   OUT=/some/dir bash benchmarks/default_model.sh continue  # more SFT from engine/bundled's weights on fresh tasks
 #                                                            (seed SEED), then eval of the result and of engine/bundled
 #                                                            on the same held-out tasks
@@ -16,7 +17,7 @@
 #   shape class, e.g. last), EVAL_STATE (resume an eval from an earlier call's eval-state.tar), EVAL_BATCH (samples
 #   built, then checked, at a time), TASKS, HELDOUT, TRAIN_SECONDS, BATCH, LR, CUTOFF, BUDGET, WORKERS, INIT_ARGS.
 set -uo pipefail
-stage="${1:?usage: default_model.sh train|more|eval|all|continue}"
+stage="${1:?usage: default_model.sh train|more|eval|all|continue|curate}"
 out="${OUT:-/tmp/dice-default-out}"
 work="${WORK:-/tmp/dice-default}"
 logs="$work/logs"
@@ -111,11 +112,21 @@ more_from_bundled() {
     evaluate "$PWD/engine/bundled" eval-bundled
 }
 
+# The curate step on its own: a sample of the training tasks through the harness on the GPU, counts and reasons kept.
+curate_sample() {
+    dice data tasks "$work/sample.jsonl" --count "${CURATE:-48}" --seed "${SEED:-4}" | tee "$logs/curate.log"
+    timeout "${CURATE_LIMIT:-400}" python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" \
+        --min-speedup 0 --workers "$workers" --no-progress 2>&1 | tee -a "$logs/curate.log"
+    cp "$work/curated.jsonl" "$logs/" 2>/dev/null
+    tar -C "$work" -cf "$out/logs-curate.tar" logs
+}
+
 case "$stage" in
     train) train && finish_checks ;;
     more) sft && finish_checks ;;
     eval) evaluate "${EVAL_MODEL:-$work/run/final}" "${EVAL_NAME:-eval}" ;;
     all) train && evaluate; finish_checks ;;
     continue) more_from_bundled ;;
-    *) echo "unknown stage $stage: use train, more, eval, all or continue" >&2; exit 2 ;;
+    curate) curate_sample ;;
+    *) echo "unknown stage $stage: use train, more, eval, all, continue or curate" >&2; exit 2 ;;
 esac
