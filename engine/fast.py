@@ -1,4 +1,5 @@
-"""The fast way to run blocks: a preallocated (static) KV cache and one CUDA graph per cache-length bucket.
+"""The fast way to run blocks: a preallocated (static) KV cache and one CUDA graph per cache-length bucket, with
+the block passes' own Triton kernels (engine.attention, engine.fused) in the graphs.
 
 `GraphRunner` is a drop-in runner for `decode.generate`; it computes what `CacheRunner` does (tests check it).
 """
