@@ -6,9 +6,9 @@ K/V writes into the static cache, where PyTorch needs five (norm and rotary, a c
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from engine.attention import INTERPRET
 
 try:
     import triton
@@ -24,7 +24,7 @@ def usable(q: torch.Tensor) -> bool:
     d = q.shape[-1]
     if d & (d - 1) or d > 256:
         return False
-    return q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+    return q.is_cuda or INTERPRET
 
 
 def rotate_and_store(q, k, v, q_weight, k_weight, cos, sin, eps: float, k_cache, v_cache, slots) -> torch.Tensor:

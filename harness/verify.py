@@ -6,7 +6,7 @@ The reference worker makes the inputs and keeps the expected outputs; the soluti
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -60,14 +60,19 @@ def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
-def norm(tensor: torch.Tensor, device: torch.device | None = None) -> float:
-    """The L2 norm in float64, on `device` when there is room for it there."""
-    if device is not None:
+def _on_gpu_or_cpu(work: Callable[[torch.device], Any], device: torch.device | None) -> Any:
+    """`work(device)` on a CUDA `device`, or on the CPU when there is none or it has no room for the work."""
+    if device is not None and device.type == "cuda":
         try:
-            return float(torch.linalg.vector_norm(tensor.to(device, torch.float64)))
+            return work(device)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
-    return float(torch.linalg.vector_norm(tensor.double()))
+    return work(torch.device("cpu"))
+
+
+def norm(tensor: torch.Tensor, device: torch.device | None = None) -> float:
+    """The L2 norm in float64, on `device` when there is room for it there."""
+    return _on_gpu_or_cpu(lambda where: float(torch.linalg.vector_norm(tensor.to(where, torch.float64))), device)
 
 
 def compare(got: list[torch.Tensor], expected: list[torch.Tensor], atol: float, rtol: float,
@@ -77,12 +82,7 @@ def compare(got: list[torch.Tensor], expected: list[torch.Tensor], atol: float, 
     On `device` (the reference worker's GPU) when given: in float64 on a CPU, a 16 M-element output took 2.2 s, and
     a check compares one per trial. Falls back to the CPU when the GPU has no room for it.
     """
-    if device is not None and device.type == "cuda":
-        try:
-            return _compare(got, expected, atol, rtol, device)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-    return _compare(got, expected, atol, rtol, torch.device("cpu"))
+    return _on_gpu_or_cpu(lambda where: _compare(got, expected, atol, rtol, where), device)
 
 
 def _compare(got, expected, atol, rtol, device) -> dict[str, Any]:
@@ -117,8 +117,7 @@ def _compare(got, expected, atol, rtol, device) -> dict[str, Any]:
             result["where"] = f"{label}[{', '.join(map(str, index))}]" if index else label
         result["max_abs_error"] = max(result["max_abs_error"], float(abs_err.max()))
         # Every element within its bound is allclose; otherwise (or NaN) ask allclose itself: equal infinities are close
-        if not float(excess[flat]) <= 0 and not torch.allclose(g.to(device, torch.float64), e.to(device, torch.float64),
-                                                          atol=atol, rtol=rtol):
+        if not float(excess[flat]) <= 0 and not torch.allclose(g64, e64, atol=atol, rtol=rtol):
             result["passed"] = False
         finite = torch.isfinite(abs_err)
         diff_sq += float(torch.where(finite, abs_err, 0.0).square_().sum()) + (0.0 if finite.all() else math.inf)
