@@ -53,8 +53,10 @@ def stages(report) -> str:
 
 def clocks(report) -> str:
     """Each side's median, interquartile range and trial count: what the speedup came from."""
-    return "timings: " + ", ".join(f"{name} median {t.median_ms * 1e3:.2f} us (IQR {t.spread_ms * 1e3:.2f}, "
-                                   f"{t.trials} trials)" for name, t in report.timings.items())
+    return "timings: " + ", ".join(
+        f"{name} median {t.median_ms * 1e3:.2f} us (IQR {t.spread_ms * 1e3:.2f}, {t.trials} trials, "
+        f"rounds {'/'.join(f'{m * 1e3:.2f}' for m in t.round_medians_ms)}, {t.slow_fraction:.0%} over 2x median)"
+        for name, t in report.timings.items())
 
 
 def machine() -> str:
@@ -103,6 +105,8 @@ def main() -> None:
                              "workers a check used are warm again by the next one")
     parser.add_argument("--large", type=int, default=4096,
                         help="also re-check with NxN inputs (0: skip): the spread of a forward longer than ~5 us")
+    parser.add_argument("--fresh", type=int, default=2,
+                        help="re-checks per size with the reference worker not kept, to compare against")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     args = parser.parse_args()
     reference = (FILES / "add_reference.py").read_text()
@@ -134,8 +138,10 @@ def main() -> None:
 
 def checks(reference: str, fixture: str, options, args, row, speedups: dict[str, list[float]]) -> None:
     """Cold checks (precompiled header to build, then built), then unchanged re-checks a save's pause apart, with the
-    reference's 512x512 inputs and then with larger ones."""
+    reference's 512x512 inputs and then with larger ones. A re-check reuses the reference worker of the check before
+    (kept by `harness.process`); `--fresh` more re-checks per size start a new one each time, for comparison."""
     import harness
+    from harness import process
 
     seconds, report = check_seconds(reference, unique(fixture, "first"), options)
     row("check, cold, precompiled header not built yet", seconds, report.summary())
@@ -158,6 +164,16 @@ def checks(reference: str, fixture: str, options, args, row, speedups: dict[str,
                 f"{report.summary()}; {stages(report)}; {clocks(report)}")
             if report.speedup_eager:
                 speedups[label].append(report.speedup_eager)
+        kept, process.KEPT_REFERENCES = process.KEPT_REFERENCES, 0  # the baseline: a new reference worker each time
+        process.close_references()
+        try:
+            for i in range(args.fresh):
+                time.sleep(args.pause)
+                seconds, report = check_seconds(text, solution, options)
+                row(f"re-check unchanged, reference worker not kept #{i + 1}, {label}", seconds,
+                    f"{report.summary()}; {stages(report)}; {clocks(report)}")
+        finally:
+            process.KEPT_REFERENCES = kept
 
 
 if __name__ == "__main__":

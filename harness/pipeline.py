@@ -5,10 +5,10 @@ The caller's process only parses, sends commands and turns replies (or a worker'
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from dice_lsp.anatomy.types import Anatomy, Finding, Span
@@ -41,6 +41,8 @@ class _Check:
         self.findings: list[Finding] = []
         self.fields: dict[str, Any] = {}
         self.anatomy: Anatomy | None = None
+        self.key: tuple = ()
+        self.kept: process.KeptReference | None = None  # this check's reference worker and exchange directory
 
     def stage(self, name: str, started: float, status: str = "ok", detail: str = "") -> None:
         self.stages.append(Stage(name, status, round(time.perf_counter() - started, 4), detail))
@@ -50,16 +52,28 @@ class _Check:
                       **{**self.fields, **more})
 
     def run(self) -> Report:
-        exchange = tempfile.mkdtemp(prefix="dice-exchange-")
         try:
-            return self._run(exchange)
+            return self._run()
         except HarnessError as error:
             return self._failed(error)
         finally:
-            for worker in self.workers:
-                worker.close()
+            self._release()
             clean_stale_locks(self.options.extensions_dir)  # a killed build leaves its lock behind
-            shutil.rmtree(exchange, ignore_errors=True)
+
+    def _release(self) -> None:
+        """Close the workers; the reference worker is kept for the next check of the same reference when it is fit
+        (`process.keep_reference` decides), else closed with its exchange directory."""
+        kept = self.kept
+        for worker in self.workers:
+            if kept is None or worker is not kept.worker:
+                worker.close()
+        if kept is None:
+            return
+        if self.cancel.is_set():
+            kept.close()
+            return
+        (Path(kept.exchange) / "outputs.pt").unlink(missing_ok=True)
+        process.keep_reference(self.key, kept)
 
     def _failed(self, error: HarnessError) -> Report:
         stage = getattr(error, "stage", "")
@@ -95,7 +109,7 @@ class _Check:
             error.stage = stage
             raise
 
-    def _run(self, exchange: str) -> Report:
+    def _run(self) -> Report:
         options = self.options.with_(cache_dir=self.options.extensions_dir)
         payload = options.to_dict()
         started = time.perf_counter()
@@ -109,7 +123,13 @@ class _Check:
             return self.report("invalid", "the reference defines no class Model")
         self.stage("parse", started)
 
-        reference = process.start(options, self.extra_env)
+        self.key = process.reference_key(self.reference, options, self.extra_env)
+        self.kept = process.take_reference(self.key)
+        fresh = self.kept is None
+        if self.kept is None:
+            self.kept = process.KeptReference(process.start(options, self.extra_env),
+                                              tempfile.mkdtemp(prefix="dice-exchange-"))
+        reference, exchange = self.kept.worker, self.kept.exchange
         self.workers.append(reference)
         solution = process.start(options, self.extra_env)
         self.workers.append(solution)
@@ -117,8 +137,9 @@ class _Check:
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()
         solution.send("build", path=solution.file("solution.py", self.solution), options=payload)
-        reference.send("reference", path=reference.file("reference.py", self.reference), options=payload,
-                       exchange=exchange)
+        if fresh:
+            reference.send("reference", path=reference.file("reference.py", self.reference), options=payload,
+                           exchange=exchange)
         built = self.receive(solution, "build", options.build_timeout)
         extensions = built.get("extensions", [])
         self.fields["build_cached"] = bool(extensions) and all(e["cached"] for e in extensions)
@@ -141,11 +162,14 @@ class _Check:
             return self.report("built-not-run", "built, not run: no GPU")
 
         started = time.perf_counter()
-        ref = self.receive(reference, "reference", options.run_timeout)
+        ref, reused = self.kept.reply, self.kept.reply is not None
+        if ref is None:
+            ref = self.receive(reference, "reference", options.run_timeout)
         if not ref["ok"]:
             self.stage("reference", started, "failed", ref["error"])
             return self.report("invalid", f"the reference failed: {ref['error']}", log=ref["traceback"])
-        self.stage("reference", started)
+        self.kept.reply = ref
+        self.stage("reference", started, detail="kept from the last check of this reference" if reused else "")
         self.fields.update(device=ref["device"], tf32=ref["tf32"], cudnn_tf32=ref["cudnn_tf32"])
         return self.verify_and_time(reference, solution, exchange, ref)
 

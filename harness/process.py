@@ -5,8 +5,10 @@ A worker that hangs, segfaults or runs out of memory ends only itself; its death
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -18,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,8 @@ _spares_lock = threading.Lock()
 _spare_count = 0
 _quiet_depth = 0  # how many timed regions are running now (spares stay stopped while any is)
 _guards: list[subprocess.Popen] = []  # one per group of stopped spares: continues them if this process dies
+KEPT_REFERENCES = 2  # reference workers kept between checks while spares are kept (the files being edited)
+_kept: collections.OrderedDict[tuple, KeptReference] = collections.OrderedDict()  # guarded by _spares_lock
 
 
 def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[str, str]:
@@ -79,6 +84,7 @@ class Worker:
         os.close(write)
         self.reply = read
         self.buffer = b""
+        self.owed = 0  # replies this worker still owes: a kept worker must owe none it has not been asked about
 
     @property
     def pid(self) -> int:
@@ -93,6 +99,7 @@ class Worker:
         try:
             self.process.stdin.write((json.dumps({"op": op, **payload}) + "\n").encode())
             self.process.stdin.flush()
+            self.owed += 1
         except (BrokenPipeError, OSError) as error:
             raise HarnessError(f"worker ended before {op}: {self.ending()}", "died", self.log_tail()) from error
 
@@ -115,6 +122,7 @@ class Worker:
                     raise HarnessError(f"{stage or 'worker'} crashed: {self.ending()}", "died", self.log_tail())
                 self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
+        self.owed -= 1
         return json.loads(line)
 
     def call(self, op: str, timeout: float, cancel: threading.Event | None = None, **payload: Any) -> dict[str, Any]:
@@ -277,8 +285,86 @@ def _signal_spares(number: int) -> None:
 
 
 def close_spares() -> None:
+    """Close the spares and the kept reference workers."""
     with _spares_lock:
         for spares in _spares.values():
             for worker in spares:
                 worker.close()
         _spares.clear()
+    close_references()
+
+
+def close_references() -> None:
+    """Close the kept reference workers (the next check of each reference runs it again)."""
+    with _spares_lock:
+        kept = list(_kept.values())
+        _kept.clear()
+    for entry in kept:
+        entry.close()
+
+
+@dataclass
+class KeptReference:
+    """A reference worker that outlives its check: its model, trial inputs (in `exchange`) and expected outputs
+    stay, so the next check of the same reference skips the reference stage (seconds for large inputs: making them,
+    running the reference, writing them out) and, with the compile baseline, torch.compile.
+
+    The candidate never runs in this process; it only reads `exchange/inputs.pt` and writes its outputs beside it.
+    `reply` is the reference stage's answer, None while the worker still owes it (a check that ended at a compile
+    error never waited for it); `inputs` is inputs.pt's stat when kept, so a file changed since is not trusted."""
+
+    worker: Worker
+    exchange: str
+    reply: dict[str, Any] | None = None
+    inputs: tuple[int, int, int] | None = None
+
+    def close(self) -> None:
+        self.worker.close()
+        shutil.rmtree(self.exchange, ignore_errors=True)
+
+    def usable(self) -> bool:
+        if self.worker.process.poll() is not None or self.worker.owed != (0 if self.reply is not None else 1):
+            return False
+        return self.inputs is None or self.inputs == inputs_stat(self.exchange)
+
+
+def inputs_stat(exchange: str) -> tuple[int, int, int] | None:
+    try:
+        found = os.stat(Path(exchange) / "inputs.pt")
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def reference_key(reference: str, options: Options, extra_env: dict[str, str] | None = None) -> tuple:
+    """Same reference text, same options and environment: the same model, inputs and expected outputs."""
+    return (hashlib.sha256(reference.encode()).hexdigest(), json.dumps(options.to_dict(), sort_keys=True),
+            tuple(sorted((extra_env or {}).items())))
+
+
+def take_reference(key: tuple) -> KeptReference | None:
+    """The kept reference worker for `key`, now owned by the caller; None when there is none fit to use."""
+    with _spares_lock:
+        entry = _kept.pop(key, None)
+    if entry is not None and not entry.usable():
+        entry.close()
+        return None
+    return entry
+
+
+def keep_reference(key: tuple, entry: KeptReference) -> None:
+    """Keep `entry` for the next check of `key` while spares are kept (the server, batch mode); else close it. The
+    least recently kept ones past KEPT_REFERENCES are closed."""
+    if entry.reply is not None and entry.inputs is None:
+        entry.inputs = inputs_stat(entry.exchange)
+    evicted = []
+    with _spares_lock:
+        if _spare_count and entry.usable():
+            _kept.pop(key, None)
+            _kept[key] = entry
+            while len(_kept) > KEPT_REFERENCES:
+                evicted.append(_kept.popitem(last=False)[1])
+        else:
+            evicted.append(entry)
+    for old in evicted:
+        old.close()

@@ -73,6 +73,8 @@ class Timing:
     trials: int
     host_median_ms: float = 0.0  # host clock over a device-wide synchronize, per trial
     clock: str = "cuda-events"  # "cuda-events" or "host" (CPU mode)
+    round_medians_ms: tuple[float, ...] = ()  # each round's own median: drift between rounds shows here
+    slow_fraction: float = 0.0  # share of samples over twice the median (stalls, launches the timer caught)
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ class Report:
             findings=tuple(_finding(f) for f in raw.get("findings", ())),
             static_findings=tuple(_finding(f) for f in raw.get("static_findings", ())),
             kernels=tuple(KernelShare(**k) for k in raw.get("kernels", ())),
-            timings={k: Timing(**v) for k, v in raw.get("timings", {}).items()},
+            timings={k: Timing(**{**v, "round_medians_ms": tuple(v.get("round_medians_ms", ()))})
+                     for k, v in raw.get("timings", {}).items()},
             **{k: raw[k] for k in _SCALARS if k in raw},
         )
 

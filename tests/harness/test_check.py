@@ -171,6 +171,7 @@ def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, o
     reports = harness.check_many([pair, pair, pair], options, workers=2)
     assert [r.status for r in reports] == ["correct"] * 3 and all(r.build_cached for r in reports)
     assert process._spare_count == 0 and not any(process._spares.values())  # batch's warm spares are gone
+    assert not process._kept  # and so are the reference workers it kept between checks of the same reference
 
 
 def test_cli_check_json(files, options, cache_root, tmp_path, monkeypatch, capsys):

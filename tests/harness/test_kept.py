@@ -1,0 +1,96 @@
+"""Kept reference workers: a re-check of an unchanged reference reuses its worker, inputs and expected outputs, and
+a check that cannot trust them (changed inputs file, another reference or options, cancelled) starts afresh."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import process
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def keeping(monkeypatch):
+    """Checks as the server runs them (spares kept, so references are too); every worker closed after."""
+    process.close_spares()
+    monkeypatch.setattr(process, "_spare_count", 1)
+    yield process._kept
+    kept = list(process._kept.values())
+    process.close_spares()
+    assert all(entry.worker.process.poll() is not None and not Path(entry.exchange).exists() for entry in kept)
+
+
+def reference_stage(report) -> str:
+    return next(s.detail for s in report.stages if s.name == "reference")
+
+
+def test_unchanged_reference_is_reused_and_still_catches_a_wrong_solution(files, options, keeping):
+    reference = files.text("add_reference.py")
+    first = harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
+    [entry] = keeping.values()
+    wrong = harness.check(reference, files.solution("return self.ext.subtract(a, b)"), options)
+    again = harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
+    assert [first.status, wrong.status, again.status] == ["correct", "mismatch", "correct"]
+    assert reference_stage(first) == "" and "kept" in reference_stage(wrong) and "kept" in reference_stage(again)
+    assert list(keeping.values()) == [entry] and entry.worker.process.poll() is None
+    assert [(t.seed, t.passed, t.max_abs_error) for t in again.trials] == \
+        [(t.seed, t.passed, t.max_abs_error) for t in first.trials]
+    assert not (Path(entry.exchange) / "outputs.pt").exists()  # no stale outputs for the next check to compare
+
+
+def test_reference_still_running_when_the_solution_failed_is_kept_and_answers_the_next_check(files, options,
+                                                                                             keeping):
+    reference = files.text("add_reference.py")
+    broken = harness.check(reference, files.solution("return a + b", prelude="raise RuntimeError('no')\n"), options)
+    assert broken.status == "crashed" and "importing the solution failed" in broken.message
+    [entry] = keeping.values()
+    assert entry.reply is None and entry.worker.owed == 1  # its reference stage was never waited for
+    report = harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
+    assert report.status == "correct" and reference_stage(report) == ""  # the owed answer, not a second run
+    assert list(keeping.values()) == [entry] and entry.reply is not None and entry.worker.owed == 0
+
+
+def test_changed_inputs_file_other_options_and_failed_reference_are_not_reused(files, options, keeping):
+    reference = files.text("add_reference.py")
+    solution = files.solution("return self.ext.add_values(a, b)")
+    harness.check(reference, solution, options)
+    [entry] = keeping.values()
+    inputs = Path(entry.exchange) / "inputs.pt"
+    time.sleep(0.01)
+    inputs.write_bytes(inputs.read_bytes())  # same bytes, but written after the worker was kept
+    report = harness.check(reference, solution, options)
+    assert report.status == "correct" and reference_stage(report) == ""
+    assert entry.worker.process.poll() is not None and not Path(entry.exchange).exists()
+
+    other = harness.check(reference, solution, options.with_(seed=7))  # a second key; both are kept
+    assert other.status == "correct" and reference_stage(other) == "" and len(keeping) == 2
+
+    failing = reference.replace("return a + b", "raise ValueError('reference broke')")
+    assert failing != reference
+    report = harness.check(failing, solution, options)
+    assert report.status == "invalid" and "reference broke" in report.message
+    assert len(keeping) == 2  # the failed reference's worker was closed, not kept
+
+
+def test_cancelled_check_does_not_keep_its_reference(files, options, keeping):
+    reference = files.text("add_reference.py")
+    run = harness.Run(reference, files.solution("__import__('time').sleep(600)"), options)
+    time.sleep(3)
+    run.cancel()
+    assert run.result(timeout=30).status == "cancelled"
+    assert not keeping
+
+
+def test_at_most_kept_references_are_kept(files, options, keeping, monkeypatch):
+    monkeypatch.setattr(process, "KEPT_REFERENCES", 1)
+    reference = files.text("add_reference.py")
+    solution = files.solution("return self.ext.add_values(a, b)")
+    harness.check(reference, solution, options)
+    [first] = keeping.values()
+    harness.check(reference, solution, options.with_(seed=7))
+    assert len(keeping) == 1 and first.worker.process.poll() is not None
