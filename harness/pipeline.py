@@ -72,7 +72,8 @@ class _Check:
         if self.cancel.is_set():
             kept.close()
             return
-        (Path(kept.exchange) / "outputs.pt").unlink(missing_ok=True)
+        for name in ("outputs.pt", "outputs.json"):  # never compared by the next check
+            (Path(kept.exchange) / name).unlink(missing_ok=True)
         process.keep_reference(self.key, kept)
 
     def _failed(self, error: HarnessError) -> Report:
@@ -185,13 +186,21 @@ class _Check:
                         ref: dict[str, Any]) -> Report:
         options = self.options
         started = time.perf_counter()
-        ran = self.call(solution, "run", "verify", options.run_timeout, exchange=exchange)
+        ran = self.call(solution, "run", "verify", options.run_timeout, exchange=exchange, share=True)
         if not ran["ok"]:
             self.stage("verify", started, "failed", ran["error"])
             self.findings.append(Finding("crash", f"forward raised {ran['error']}", self.forward_span(), "error"))
             return self.report("crashed", ran["error"], log=ran["traceback"])
         compared = self.call(reference, "compare", "verify", options.run_timeout, exchange=exchange)
+        handed = "outputs by CUDA IPC" if ran.get("outputs") == "shared" else "outputs through a file"
+        if compared.get("unshared"):  # the reference worker could not open the outputs shared by CUDA IPC
+            handed = f"outputs through a file (CUDA IPC failed: {compared['unshared']})"
+            saved = self.call(solution, "save-outputs", "verify", options.run_timeout, exchange=exchange)
+            if not saved["ok"]:
+                raise HarnessError(f"writing the outputs failed: {saved['error']}", "died", saved["traceback"])
+            compared = self.call(reference, "compare", "verify", options.run_timeout, exchange=exchange)
         if not compared["ok"]:
+            reference.kill()  # its state is unknown now: never kept for another check
             raise HarnessError(compared["error"], "died", compared.get("traceback", ""))
         trials = tuple(Trial(**{k: v for k, v in t.items() if k != "dtype_notes"}) for t in compared["trials"])
         self.fields["trials"] = trials
@@ -200,7 +209,7 @@ class _Check:
         self.findings.extend(findings.from_run(ran, options, self.forward_span()))
         tiny = next((f for f in self.findings if f.code == "tiny-output"), None)
         correct = all(t.passed for t in trials) and tiny is None
-        self.stage("verify", started, "ok" if correct else "failed")
+        self.stage("verify", started, "ok" if correct else "failed", handed)
 
         if not correct:  # which of its kernels ran says why, often; nothing is timed
             self.inspect(solution, ran)
@@ -253,7 +262,7 @@ class _Check:
                     if name in failed:
                         continue
                     answer = self.call(worker, "time", "time", options.run_timeout, compile=compiled, warmup=warmup,
-                                       **per_round)
+                                       round=turn, **per_round)
                     if not answer["ok"]:
                         if name == "solution":
                             self.findings.append(Finding("crash", f"forward raised {answer['error']} while timed",

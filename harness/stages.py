@@ -5,6 +5,7 @@ Each takes the worker's `Side` and the command, and returns a JSON-ready dict; f
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -85,26 +86,64 @@ def run(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     data = torch.load(Path(command["exchange"]) / "inputs.pt", weights_only=False, mmap=True)
     torch.manual_seed(options["seed"])
     side.model = side.module.ModelNew(*data["init"]).to(side.device).eval()
+    sharing = bool(command.get("share")) and side.device.type == "cuda"
     outputs, threads_before = [], runtime.thread_ids()
     with torch.no_grad():
         first = None
         for index, (_seed, inputs) in enumerate(data["trials"]):
             tensors = verify.to_device(inputs, side.device)
             result = verify.flatten(side.model(*tensors))
-            outputs.append(verify.detach_cpu(result))
+            outputs.append(_keep(result, sharing))
             if index == 0:
                 first = tensors
         side.trials = [(data["trials"][0][0], verify.to_device(data["trials"][0][1], side.device))]
         changed = verify.to_device(data["changed"], side.device)
         count = verify.change_in_place(first, changed)
-        changed_out = verify.detach_cpu(verify.flatten(side.model(*first)))
+        changed_out = _keep(verify.flatten(side.model(*first)), sharing)
         if side.device.type == "cuda":
             torch.cuda.synchronize()
     threads = runtime.new_threads_since(threads_before)
-    torch.save({"trials": outputs, "changed": changed_out}, Path(command["exchange"]) / "outputs.pt")
+    side.outputs = {"trials": outputs, "changed": changed_out}
+    handed = _hand_over(side, Path(command["exchange"]), sharing)
     after = runtime.precision_state()
     return {"device": _device_name(side.device), "changed_tensors": count, "threads": threads,
-            "precision_before": before, "precision_after": after}
+            "precision_before": before, "precision_after": after, "outputs": handed}
+
+
+def _keep(values: list[torch.Tensor], sharing: bool) -> list[torch.Tensor]:
+    """One trial's outputs as they were when forward returned (a later trial may reuse its buffers): copies on the
+    GPU to hand over by CUDA IPC when `sharing` and there is room, else copies in host memory."""
+    if sharing:
+        try:
+            return [v.detach().clone(memory_format=torch.contiguous_format) for v in values]
+        except torch.cuda.OutOfMemoryError:
+            pass
+    return verify.detach_cpu(values)
+
+
+def _hand_over(side: Side, exchange: Path, sharing: bool) -> str:
+    """Hand `side.outputs` to the reference worker: CUDA IPC handles in outputs.json when every output is on the GPU,
+    else (or when sharing fails) host copies in outputs.pt. Says which."""
+    outputs = side.outputs
+    if sharing and all(t.is_cuda for out in [*outputs["trials"], outputs["changed"]] for t in out):
+        try:
+            described = {"trials": [verify.share(out) for out in outputs["trials"]],
+                         "changed": verify.share(outputs["changed"])}
+        except (RuntimeError, OSError):
+            pass
+        else:
+            (exchange / "outputs.json").write_text(json.dumps(described))
+            return "shared"
+    save_outputs(side, {"exchange": str(exchange)})
+    return "file"
+
+
+def save_outputs(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+    """Write the last run's outputs to outputs.pt: the fallback when the reference worker cannot open shared ones."""
+    outputs = side.outputs
+    torch.save({"trials": [verify.detach_cpu(out) for out in outputs["trials"]],
+                "changed": verify.detach_cpu(outputs["changed"])}, Path(command["exchange"]) / "outputs.pt")
+    return {}
 
 
 # Measured on the 16-core H200 machine: comparing two 512x512 outputs took 2.7 s in a worker while the next check's
@@ -125,7 +164,16 @@ def compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
 
 
 def _compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
-    got = torch.load(Path(command["exchange"]) / "outputs.pt", weights_only=True, mmap=True)
+    exchange = Path(command["exchange"])
+    if (exchange / "outputs.pt").exists():
+        got = torch.load(exchange / "outputs.pt", weights_only=True, mmap=True)
+    else:
+        try:
+            described = json.loads((exchange / "outputs.json").read_text())
+            got = {"trials": [verify.receive(out) for out in described["trials"]],
+                   "changed": verify.receive(described["changed"])}
+        except Exception as error:  # the caller asks for outputs.pt and compares again
+            return {"unshared": f"{type(error).__name__}: {error}"}
     atol, rtol = side.options["atol"], side.options["rtol"]
     trials = []
     device = side.device if side.device.type == "cuda" else None  # on the GPU: 16 M elements in ms, not seconds
@@ -139,6 +187,7 @@ def _compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
 
 def inspect(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     """Solution side: which kernels ran during forward and their share of its GPU time."""
+    side.outputs = None  # compared by now: the GPU copies handed over go
     if side.device.type != "cuda":
         return {"kernels": []}
     inputs = side.trials[0][1]
@@ -149,8 +198,11 @@ def time(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     """Time forward on the first trial's inputs: the solution, or the reference eager or under torch.compile.
     One round of several: the command says how many trials, warm-up forwards and seconds this round gets."""
     options = side.options
+    side.outputs = None  # compared by now: the GPU copies handed over go before anything is timed
     runtime.set_precision(options["tf32"], options["cudnn_tf32"])
-    inputs = verify.to_device(side.trials[0][1], side.device)
+    if command.get("round", 0) == 0 or side.timed_inputs is None:  # copied once a check, not once a round
+        side.timed_inputs = verify.to_device(side.trials[0][1], side.device)
+    inputs = side.timed_inputs
     model = side.model
     if command.get("compile"):
         if side.compiled is None:  # compiled once; later rounds reuse it

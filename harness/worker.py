@@ -44,6 +44,8 @@ class Side:
         self.expected_changed: list[Any] = []
         self.options: dict[str, Any] = {}
         self.builder: Any = None
+        self.outputs: Any = None  # the solution's last outputs, until the reference worker has compared them
+        self.timed_inputs: Any = None  # the first trial's inputs on the device, for the rounds of one check's timing
 
 
 def load_module(path: str, name: str) -> Any:

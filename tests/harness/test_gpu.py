@@ -23,6 +23,7 @@ def test_cuda_kernel_is_verified_timed_and_profiled(files, gpu_options):
     assert report.speedup_eager and report.speedup_compile
     assert set(report.timings) == {"solution", "eager", "compile"}
     assert "H" in report.device or report.device
+    assert next(s.detail for s in report.stages if s.name == "verify") == "outputs by CUDA IPC"
 
 
 def test_work_on_a_side_stream_is_caught_by_the_host_clock(files, gpu_options):

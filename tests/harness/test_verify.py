@@ -52,3 +52,52 @@ def test_the_comparison_on_a_gpu_equals_the_one_on_the_cpu():
     gpu = verify.compare([got], [expected], 1e-2, 1e-2, torch.device("cuda"))
     assert cpu["passed"] == gpu["passed"] and cpu["where"] == gpu["where"]
     assert abs(cpu["max_abs_error"] - gpu["max_abs_error"]) < 1e-12
+
+
+SHARE = """
+import json, sys, torch
+from harness import verify
+outputs = [torch.randn(33, 17, device="cuda"), torch.arange(10, device="cuda", dtype=torch.int64)[2:].clone(),
+           torch.empty(0, 4, device="cuda", dtype=torch.float16), torch.tensor(3.5, device="cuda")]
+torch.cuda.synchronize()
+print(json.dumps(verify.share(outputs)), flush=True)
+sys.stdin.readline()  # alive until the other process has compared
+torch.save([o.cpu() for o in outputs], sys.argv[1])
+"""
+
+
+@pytest.mark.gpu
+def test_outputs_shared_by_cuda_ipc_arrive_whole_in_another_process(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = os.pathsep.join([str(Path(verify.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
+    child = subprocess.Popen([sys.executable, "-c", SHARE, str(tmp_path / "sent.pt")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": root})
+    received = verify.receive(json.loads(child.stdout.readline()))
+    copies = [t.cpu() for t in received]
+    child.stdin.write("\n")
+    child.stdin.flush()
+    assert child.wait(60) == 0
+    sent = torch.load(tmp_path / "sent.pt")
+    assert [(t.dtype, t.shape) for t in copies] == [(t.dtype, t.shape) for t in sent]
+    assert all(torch.equal(a, b) for a, b in zip(copies, sent))
+
+
+def test_unreadable_shared_outputs_make_the_reference_ask_for_a_file(tmp_path):
+    """What the pipeline falls back on: compare answers `unshared` instead of failing, and reads outputs.pt after."""
+    from harness import stages
+    from harness.worker import Side
+
+    side = Side()
+    side.options, side.device = {"atol": 1e-2, "rtol": 1e-2, "seed": 42}, torch.device("cpu")
+    side.trials, side.expected, side.expected_changed = [(43, [])], [[torch.ones(3)]], [torch.ones(3)]
+    (tmp_path / "outputs.json").write_text('{"trials": [[{"dtype": "os.system", "shape": [3], "device": 0}]]}')
+    answer = stages.compare(side, {"exchange": str(tmp_path)})
+    assert set(answer) == {"unshared"} and "os.system" in answer["unshared"]
+    torch.save({"trials": [[torch.ones(3)]], "changed": [torch.ones(3)]}, tmp_path / "outputs.pt")
+    answer = stages.compare(side, {"exchange": str(tmp_path)})
+    assert [t["passed"] for t in answer["trials"]] == [True, True]
