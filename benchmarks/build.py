@@ -105,6 +105,9 @@ def main() -> None:
                              "workers a check used are warm again by the next one")
     parser.add_argument("--large", type=int, default=4096,
                         help="also re-check with NxN inputs (0: skip): the spread of a forward longer than ~5 us")
+    parser.add_argument("--slow", type=int, default=5120,
+                        help="also re-check a compute-bound problem, NxN fp32 matmul plus add (~5 ms on an H200 at "
+                             "5120), timed against eager and torch.compile as the server does (0: skip)")
     parser.add_argument("--fresh", type=int, default=2,
                         help="re-checks per size with the reference worker not kept, to compare against")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
@@ -174,6 +177,27 @@ def checks(reference: str, fixture: str, options, args, row, speedups: dict[str,
                     f"{report.summary()}; {stages(report)}; {clocks(report)}")
         finally:
             process.KEPT_REFERENCES = kept
+    if args.slow:
+        slow(reference, solution, options, args, row, speedups)
+
+
+def slow(reference: str, solution: str, options, args, row, speedups: dict[str, list[float]]) -> None:
+    """Re-checks of a forward of milliseconds, baseline `both` (the server's default): at least 100 trials a side,
+    so the timing alone is over 1.5 s at 5 ms a forward."""
+    size = args.slow
+    reference = reference.replace("return a + b", "return a @ b + b").replace("512, 512", f"{size}, {size}")
+    solution = solution.replace("return self.add.add_cuda(a, b)", "return self.add.add_cuda(torch.mm(a, b), b)")
+    assert "a @ b" in reference and "torch.mm" in solution, "the fixtures changed: update benchmarks/build.py"
+    label = f"{size}x{size} matmul, eager and compile"
+    speedups[label] = []
+    both = options.with_(baseline="both")
+    for i in range(args.repeats + 1):
+        time.sleep(args.pause)
+        seconds, report = check_seconds(reference, solution, both)
+        name = "first check of this reference (torch.compile)" if i == 0 else f"re-check unchanged #{i}"
+        row(f"{name}, {label}", seconds, f"{report.summary()}; {stages(report)}; {clocks(report)}")
+        if i and report.speedup_eager:
+            speedups[label].append(report.speedup_eager)
 
 
 if __name__ == "__main__":

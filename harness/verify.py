@@ -41,6 +41,17 @@ def detach_cpu(values: list[torch.Tensor]) -> list[torch.Tensor]:
     return [v.detach().to("cpu", copy=True) for v in values]
 
 
+def copies(values: list[torch.Tensor], on_gpu: bool) -> list[torch.Tensor]:
+    """Outputs as they are now (a later forward may reuse their buffers): contiguous copies on their GPU when
+    `on_gpu` and there is room there, else copies in host memory."""
+    if on_gpu:
+        try:
+            return [v.detach().clone(memory_format=torch.contiguous_format) for v in values]
+        except torch.cuda.OutOfMemoryError:
+            pass
+    return detach_cpu(values)
+
+
 def share(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
     """CUDA IPC descriptions (JSON-ready) of contiguous CUDA `tensors`, for another process on the same GPU to open
     with `receive`; the tensors must stay alive until it has. Nothing goes through host memory or files: with

@@ -2,6 +2,7 @@
 
 import time
 
+import pytest
 import torch
 
 from harness import timing
@@ -17,6 +18,27 @@ def test_a_short_forward_gets_more_trials_up_to_ten_times_the_minimum():
     calls = []
     result = timing.measure(lambda: calls.append(1), torch.device("cpu"), trials=5, warmup=2, budget_s=10.0)
     assert result["trials"] == 50 and len(calls) == 52  # warm-up, then the cap of 10 x trials
+
+
+@pytest.mark.gpu
+def test_a_slow_gpu_forward_is_not_queued_past_the_warm_up_time():
+    """Warm-up lasts `warm_s` of GPU time, not of the host's queueing: a 5 ms forward gets a few warm-ups, not the
+    hundreds the host can queue in 10 ms."""
+    device = torch.device("cuda")
+    calls = []
+    timing.measure(lambda: (calls.append(1), torch.cuda._sleep(1_000_000)), device, trials=3, warmup=2)  # clock
+    probe_start, probe_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe_start.record()
+    torch.cuda._sleep(1_000_000)
+    probe_end.record()
+    torch.cuda.synchronize()
+    cycles = int(1_000_000 * 5.0 / probe_start.elapsed_time(probe_end))  # ~5 ms of GPU sleep
+    calls.clear()
+    started = time.perf_counter()
+    result = timing.measure(lambda: (calls.append(1), torch.cuda._sleep(cycles)), device, trials=3, warmup=2,
+                            warm_s=0.01)
+    assert result["trials"] == 3 and 4.0 < result["median_ms"] < 7.0
+    assert len(calls) - 3 <= 4 and time.perf_counter() - started < 1.0
 
 
 def test_the_budget_ends_the_extra_trials():
