@@ -1,6 +1,9 @@
 """The check itself: build -> verify -> time -> inspect across a reference worker and a solution worker.
 
 The caller's process only parses, sends commands and turns replies (or a worker's death) into one `Report`.
+The solution always runs in a fresh worker; the reference worker may come from the last check of the same reference
+(`process.KeptReference`). Trial inputs travel from the reference worker to the solution's through a file; the
+solution's outputs come back by CUDA IPC on a GPU (a file otherwise), and only the reference worker compares them.
 """
 
 from __future__ import annotations

@@ -49,6 +49,9 @@ def prepare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     return {"header": str(light.prepare(Path(command["cache_dir"]), cpp_extension.load_inline))}
 
 
+EXPECTED_ON_GPU = 0.05  # the share of the GPU's memory a reference worker may keep expected outputs in
+
+
 def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     """Build Model after the seed, make every trial's inputs, keep the expected outputs here."""
     options = side.options = command["options"]
@@ -59,9 +62,11 @@ def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(options["seed"])
     side.model = module.Model(*init).to(side.device).eval()
     trials = []
-    # The expected outputs stay on the GPU while they fit in a tenth of its memory: compare reads them in place at
-    # every check of a kept reference (5120x5120 outputs: 0.7 GB copied to the GPU again each time otherwise)
-    room = [0.1 * torch.cuda.get_device_properties(side.device).total_memory if side.device.type == "cuda" else 0]
+    # The expected outputs stay on the GPU while they fit in EXPECTED_ON_GPU of its memory: compare reads them in
+    # place at every check of a kept reference (5120x5120 outputs: 0.7 GB copied to the GPU again each time
+    # otherwise); past that they wait in host memory, so an idle kept worker never holds much of the user's GPU
+    total = torch.cuda.get_device_properties(side.device).total_memory if side.device.type == "cuda" else 0
+    room = [EXPECTED_ON_GPU * total]
 
     def expected(outputs: Any) -> list[torch.Tensor]:
         values = verify.flatten(outputs)
