@@ -72,9 +72,6 @@ class _Check:
                 worker.close()
         if kept is None:
             return
-        if self.cancel.is_set():
-            kept.close()
-            return
         for name in ("outputs.pt", "outputs.json"):  # never compared by the next check
             (Path(kept.exchange) / name).unlink(missing_ok=True)
         process.keep_reference(self.key, kept)
@@ -322,9 +319,14 @@ class Run:
             self._on_done(self._report)
 
     def cancel(self) -> None:
+        """Kill the solution's worker (and its compilers) now; the reference worker is kept for the next check when
+        it was idle or still making the reference's trials (a save during a build should not cost the reference
+        stage again), else closed when the check's thread ends."""
         self._check.cancel.set()
+        kept = self._check.kept
         for worker in list(self._check.workers):
-            worker.kill()
+            if kept is None or worker is not kept.worker:
+                worker.kill()
 
     def done(self) -> bool:
         return self._done.is_set()

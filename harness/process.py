@@ -106,8 +106,7 @@ class Worker:
     def receive(self, timeout: float, cancel: threading.Event | None = None, stage: str = "") -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
-            if cancel is not None and cancel.is_set():
-                self.kill()
+            if cancel is not None and cancel.is_set():  # the check's end closes its workers (a fit reference is kept)
                 raise HarnessError("cancelled", "cancelled")
             left = deadline - time.monotonic()
             if left <= 0:

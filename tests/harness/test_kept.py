@@ -77,13 +77,32 @@ def test_changed_inputs_file_other_options_and_failed_reference_are_not_reused(f
     assert len(keeping) == 2  # the failed reference's worker was closed, not kept
 
 
-def test_cancelled_check_does_not_keep_its_reference(files, options, keeping):
+def test_check_cancelled_during_the_build_keeps_its_reference_for_the_next_save(files, options, keeping):
     reference = files.text("add_reference.py")
-    run = harness.Run(reference, files.solution("__import__('time').sleep(600)"), options)
-    time.sleep(3)
+    run = harness.Run(reference, files.solution("return a + b", prelude="__import__('time').sleep(600)\n"), options)
+    deadline = time.monotonic() + 60
+    while len(run._check.workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2)  # the solution's import is sleeping: its build never ends
+    reference_worker, solution_worker = run._check.workers
     run.cancel()
     assert run.result(timeout=30).status == "cancelled"
-    assert not keeping
+    assert solution_worker.process.poll() is not None  # killed at once
+    [entry] = keeping.values()
+    assert entry.worker is reference_worker and entry.worker.process.poll() is None
+    report = harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
+    assert report.status == "correct" and list(keeping.values()) == [entry]
+
+
+def test_a_reference_busy_with_another_command_is_not_kept(files, options, keeping):
+    """Owing the answer to anything but the reference stage (cancelled while it compared or timed), a worker would
+    hand that answer to the next check: it is closed instead."""
+    reference = files.text("add_reference.py")
+    harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
+    entry = process.take_reference(next(iter(keeping)))
+    entry.worker.send("time", compile=False, warmup=1, trials=3)
+    process.keep_reference(("another",), entry)
+    assert not keeping and entry.worker.process.poll() is not None
 
 
 def test_at_most_kept_references_are_kept(files, options, keeping, monkeypatch):
