@@ -20,11 +20,11 @@ def pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """One side's timing from its rounds (each as `timing.measure` returns it): statistics over every sample."""
     samples = [s for part in rounds for s in part["samples"]]
     host = [s for part in rounds for s in part["host_samples"]]
-    middle = statistics.median(samples)
-    return {**summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
+    stats = summary(samples)
+    return {**stats, "trials": len(samples), "host_median_ms": statistics.median(host),
             "clock": rounds[0]["clock"], "overhead_ms": statistics.median(p["overhead_ms"] for p in rounds),
             "rounds": len(rounds), "round_medians_ms": tuple(statistics.median(p["samples"]) for p in rounds),
-            "slow_fraction": sum(s > 2 * middle for s in samples) / len(samples)}
+            "slow_fraction": sum(s > 2 * stats["median_ms"] for s in samples) / len(samples)}
 
 
 def timer_disagrees(timing: dict[str, Any], tolerance: float) -> bool:

@@ -58,16 +58,14 @@ def share(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
     4096x4096 outputs, copying them to the host and writing them out took most of a second of a re-check."""
     described = []
     for tensor in tensors:
-        shape = list(tensor.shape)
+        kind = {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape)}
         if tensor.numel() == 0:
-            described.append({"dtype": str(tensor.dtype).removeprefix("torch."), "shape": shape,
-                              "device": tensor.device.index, "empty": True})
+            described.append({**kind, "device": tensor.device.index, "empty": True})
             continue
         device, handle, size, offset, counter, counter_offset, event, sync = tensor.untyped_storage()._share_cuda_()
-        described.append({"dtype": str(tensor.dtype).removeprefix("torch."), "shape": shape, "device": device,
-                          "storage_offset": tensor.storage_offset(), "handle": _text(handle), "size": size,
-                          "offset": offset, "counter": _text(counter), "counter_offset": counter_offset,
-                          "event": _text(event), "sync": bool(sync)})
+        described.append({**kind, "device": device, "storage_offset": tensor.storage_offset(), "handle": _text(handle),
+                          "size": size, "offset": offset, "counter": _text(counter),
+                          "counter_offset": counter_offset, "event": _text(event), "sync": bool(sync)})
     return described
 
 
