@@ -75,6 +75,7 @@ class Timing:
     clock: str = "cuda-events"  # "cuda-events" or "host" (CPU mode)
     round_medians_ms: tuple[float, ...] = ()  # each round's own median: drift between rounds shows here
     slow_fraction: float = 0.0  # share of samples over twice the median (stalls, launches the timer caught)
+    placements: int = 1  # copies of the inputs at different addresses, timed in turn (timing.placements)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ def pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return {**stats, "trials": len(samples), "host_median_ms": statistics.median(host),
             "clock": rounds[0]["clock"], "overhead_ms": statistics.median(p["overhead_ms"] for p in rounds),
             "rounds": len(rounds), "round_medians_ms": tuple(statistics.median(p["samples"]) for p in rounds),
-            "slow_fraction": sum(s > 2 * stats["median_ms"] for s in samples) / len(samples)}
+            "slow_fraction": sum(s > 2 * stats["median_ms"] for s in samples) / len(samples),
+            "placements": min(p.get("placements", 1) for p in rounds)}
 
 
 def timer_disagrees(timing: dict[str, Any], tolerance: float) -> bool:

@@ -5,9 +5,11 @@ The clocks are bound when this module is imported, before any candidate code run
 
 from __future__ import annotations
 
+import collections
+import math
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -20,6 +22,30 @@ _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _sleep = torch.cuda._sleep
 COVER_CAP_MS = 5.0  # longest GPU wait queued before a trial's start event (see `measure`)
+WARM_QUEUE_S = 0.01  # warm-up forwards queued at once: at most `warmup`, and no more than this much GPU time
+PLACEMENTS = 8  # copies of the timed inputs at different addresses, taken in turn trial by trial (see `placements`)
+PLACEMENT_BYTES = 64 << 20  # what those copies together, and the outputs held back, may take of the GPU's memory
+
+
+def placements(inputs: list[Any], device: torch.device) -> list[list[Any]]:
+    """The timed inputs (on `device` already) and up to PLACEMENTS - 1 copies of them in other allocations.
+
+    A microsecond kernel's time depends on where its buffers lie: on the H200 one kept reference worker's eager
+    median alternated between 4.80 and 5.06 us from one check to the next (two allocations, taken in turn), while
+    its rounds within a check agreed to 0.01 us. Timing each trial on the next copy (and holding the last outputs
+    back, so they land in different blocks too) pools the placements into every check's median instead of drawing
+    one per check. Copies only while they are small: a forward over large inputs does not notice."""
+    size = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    count = max(1, min(PLACEMENTS, PLACEMENT_BYTES // max(size, 1))) if device.type == "cuda" else 1
+    return [inputs] + [[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs] for _ in range(count - 1)]
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 def _flusher(device: torch.device) -> Callable[[], None]:
@@ -30,9 +56,13 @@ def _flusher(device: torch.device) -> Callable[[], None]:
     return buffer.zero_
 
 
-def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmup: int,
-            budget_s: float = 0.0, warm_s: float = 0.0) -> dict[str, Any]:
+def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: torch.device, trials: int,
+            warmup: int, budget_s: float = 0.0, warm_s: float = 0.0) -> dict[str, Any]:
     """Median and spread of `forward`; on CUDA also the host-clock median, which sees work on every stream.
+
+    `forward` may be several forwards (the same model on copies of its inputs, `placements`), taken in turn, trial
+    by trial; the last outputs are held back (one fewer than there are forwards, within PLACEMENT_BYTES), so each
+    trial writes its outputs somewhere else as well.
 
     At least `trials` trials; a short forward gets more, until the timed loop has run `budget_s` seconds (at most
     ten times `trials`), so a microsecond kernel's median rests on enough samples to repeat.
@@ -46,23 +76,31 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
     clock spans flush, wait and forward up to a device-wide synchronize; the GPU time before the start event is
     taken off it.
 
-    Warm-up runs at least `warmup` forwards and, with the flush, at least `warm_s` seconds: an idle H200 sits at a
-    fraction of its boost clock, and a microsecond kernel timed before the clock is up comes out several times
-    slower. The first `warmup` forwards are queued without a synchronize (the GPU never waits for the host), the
-    rest one at a time, so warm-up ends within a forward of `warm_s` however long a forward takes.
+    Warm-up runs at least `warmup` forwards (fewer when one takes long: no more than WARM_QUEUE_S of them are
+    queued) and, with the flush, at least `warm_s` seconds: an idle H200 sits at a fraction of its boost clock, and
+    a microsecond kernel timed before the clock is up comes out several times slower. The first forward runs alone,
+    to see how long one takes; the next are queued without a synchronize (the GPU never waits for the host), the
+    rest run one at a time, so warm-up ends within a forward of `warm_s` however long a forward takes.
     """
+    forwards = list(forward) if isinstance(forward, (list, tuple)) else [forward]
     flush = _flusher(device)
     cuda = device.type == "cuda"
     sync = (lambda: _synchronize(device)) if cuda else (lambda: None)
+    held: collections.deque = collections.deque(maxlen=len(forwards) - 1)
     with torch.no_grad():
-        warmed, warm_started, launches = 0, _perf_counter(), []
+        warmed, warm_started, launches, planned = 0, _perf_counter(), [], max(warmup, 1)
         while True:
             flush()
             h0 = _perf_counter()
-            forward()
+            held.append(forwards[warmed % len(forwards)]())
             launches.append(_perf_counter() - h0)
             warmed += 1
-            if warmed >= max(warmup, 1):
+            if warmed == 1:
+                sync()
+                planned = min(planned, max(2, math.ceil(WARM_QUEUE_S / max(_perf_counter() - h0, 1e-6))))
+                room = PLACEMENT_BYTES // max(_nbytes(held[-1]) if held else 0, 1)
+                held = collections.deque(held, maxlen=min(len(forwards) - 1, room))
+            if warmed >= planned:
                 # Synchronized from here: the host queues forwards far faster than a slow one runs, and a 10 ms
                 # warm-up on the host clock queued seconds of 6 ms forwards (13 s to time one on the H200)
                 sync()
@@ -72,6 +110,7 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
         events, host = [], []
         limit, loop_started = max(trials, 1) * 10, _perf_counter()
         while len(host) < trials or (len(host) < limit and _perf_counter() - loop_started < budget_s):
+            run = forwards[(warmed + len(host)) % len(forwards)]
             if cuda:
                 flushed, start, end = (_Event(enable_timing=True) for _ in range(3))
                 h0 = _perf_counter()
@@ -80,7 +119,7 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
                 if cover:
                     _sleep(cover)
                 _record(start)
-                forward()
+                out = run()
                 _record(end)
                 sync()
                 h1 = _perf_counter()
@@ -89,13 +128,15 @@ def measure(forward: Callable[[], Any], device: torch.device, trials: int, warmu
             else:
                 flush()
                 h0 = _perf_counter()
-                forward()
+                out = run()
                 host.append((_perf_counter() - h0) * 1e3)
+            held.append(out)
+        held.clear()
         overhead = _sync_overhead(sync) if cuda else 0.0
     samples = events if cuda else host
     return {**summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
             "clock": "cuda-events" if cuda else "host", "overhead_ms": overhead, "samples": samples,
-            "host_samples": host}
+            "host_samples": host, "placements": len(forwards)}
 
 
 def _cover_cycles(launches: list[float]) -> int:

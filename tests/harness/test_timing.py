@@ -39,6 +39,45 @@ def test_a_slow_gpu_forward_is_not_queued_past_the_warm_up_time():
                             warm_s=0.01)
     assert result["trials"] == 3 and 4.0 < result["median_ms"] < 7.0
     assert len(calls) - 3 <= 4 and time.perf_counter() - started < 1.0
+    calls.clear()  # ten warm-ups asked for: no more than ~10 ms of them are queued (and two at least)
+    timing.measure(lambda: (calls.append(1), torch.cuda._sleep(cycles)), device, trials=3, warmup=10, warm_s=0.01)
+    assert len(calls) - 3 <= 3
+
+
+@pytest.mark.gpu
+def test_small_timed_inputs_get_copies_at_other_addresses_and_large_ones_none():
+    device = torch.device("cuda")
+    small = [torch.randn(512, 512, device=device), 3, torch.randn(512, device=device)]
+    copies = timing.placements(small, device)
+    assert len(copies) == timing.PLACEMENTS and copies[0] is small
+    assert len({c[0].data_ptr() for c in copies}) == timing.PLACEMENTS
+    assert all(torch.equal(c[0], small[0]) and c[1] == 3 and torch.equal(c[2], small[2]) for c in copies)
+    large = [torch.empty(timing.PLACEMENT_BYTES // 4 + 1, device=device)]
+    assert timing.placements(large, device) == [large]
+
+
+def test_several_forwards_are_taken_in_turn_and_their_last_outputs_held_back():
+    """One forward per placement of the inputs, in turn; the outputs of the last two trials stay alive while the
+    third runs (so a GPU allocator puts each output somewhere else), and nothing stays alive after."""
+    import weakref
+
+    alive, calls, seen = [], [], []
+
+    def forward(index: int):
+        def run():
+            calls.append(index)
+            seen.append(sum(ref() is not None for ref in alive))
+            out = torch.zeros(4)
+            alive.append(weakref.ref(out))
+            return out
+        return run
+
+    result = timing.measure([forward(0), forward(1), forward(2)], torch.device("cpu"), trials=6, warmup=1)
+    assert result["placements"] == 3 and result["trials"] == 6
+    assert calls == [0, 1, 2, 0, 1, 2, 0]  # one warm-up, then the trials, round robin
+    assert max(seen) == 2 and seen[-1] == 2
+    assert not any(ref() is not None for ref in alive)
+    assert timing.placements([torch.zeros(3)], torch.device("cpu"))[0][0].shape == (3,)  # CPU: the inputs alone
 
 
 def test_the_budget_ends_the_extra_trials():
