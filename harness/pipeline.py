@@ -2,8 +2,9 @@
 
 The caller's process only parses, sends commands and turns replies (or a worker's death) into one `Report`.
 The solution always runs in a fresh worker; the reference worker may come from the last check of the same reference
-(`process.KeptReference`). Trial inputs travel from the reference worker to the solution's through a file; the
-solution's outputs come back by CUDA IPC on a GPU (a file otherwise), and only the reference worker compares them.
+(`process.KeptReference`). Trial inputs travel from the reference worker to the solution's through a file, or on a GPU
+from a kept reference worker's memory by CUDA IPC (copied before the solution is imported); the solution's outputs
+come back by CUDA IPC on a GPU (a file otherwise), and only the reference worker compares them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,6 +48,7 @@ class _Check:
         self.anatomy: Anatomy | None = None
         self.key: tuple = ()
         self.kept: process.KeptReference | None = None  # this check's reference worker and exchange directory
+        self.token = uuid.uuid4().hex  # tells a kept reference worker that a new check's timing begins
 
     def stage(self, name: str, started: float, status: str = "ok", detail: str = "") -> None:
         self.stages.append(Stage(name, status, round(time.perf_counter() - started, 4), detail))
@@ -67,9 +70,13 @@ class _Check:
         """Close the workers; the reference worker is kept for the next check of the same reference when it is fit
         (`process.keep_reference` decides), else closed with its exchange directory."""
         kept = self.kept
+        # Past the build, nothing of the solution's worker holds a build lock: it is killed and left to end on its
+        # own (an exiting CUDA process takes tens of milliseconds to give its context back); during a build it is
+        # waited for, so the compilers are gone before the stale locks are cleaned
+        built = any(stage.name == "build" for stage in self.stages)
         for worker in self.workers:
             if kept is None or worker is not kept.worker:
-                worker.close()
+                worker.close(wait=not built)
         if kept is None:
             return
         for name in ("outputs.pt", "outputs.json"):  # never compared by the next check
@@ -137,7 +144,10 @@ class _Check:
         if self.cancel.is_set():
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()
-        solution.send("build", path=solution.file("solution.py", self.solution), options=payload)
+        # A kept reference worker hands its trial inputs to the solution's worker over CUDA IPC, before the solution
+        # is imported there (stages._receive_inputs); a new one writes them to the exchange file, read at verify
+        handout = None if fresh or self.kept.reply is None else self.kept.reply.get("handout")
+        solution.send("build", path=solution.file("solution.py", self.solution), options=payload, handout=handout)
         if fresh:
             reference.send("reference", path=reference.file("reference.py", self.reference), options=payload,
                            exchange=exchange)
@@ -199,6 +209,7 @@ class _Check:
             if not saved["ok"]:
                 raise HarnessError(f"writing the outputs failed: {saved['error']}", "died", saved["traceback"])
             compared = self.call(reference, "compare", "verify", options.run_timeout, exchange=exchange)
+        handed = ("inputs by CUDA IPC, " if ran.get("inputs") == "shared" else "inputs through a file, ") + handed
         if not compared["ok"]:
             reference.kill()  # its state is unknown now: never kept for another check
             raise HarnessError(compared["error"], "died", compared.get("traceback", ""))
@@ -251,18 +262,21 @@ class _Check:
         if options.baseline in ("compile", "both"):
             sides.append(("compile", reference, True))
         rounds = max(1, options.timing_rounds)
-        per_round = {"trials": -(-options.timing_trials // rounds), "budget_s": options.timing_budget_s / rounds,
-                     "warm_s": options.warmup_s}
+        per_round = {"trials": -(-options.timing_trials // rounds), "budget_s": options.timing_budget_s / rounds}
         parts: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}
         failed: set[str] = set()
         with process.quiet():  # no spare warms up beside a timed forward
             for turn in range(rounds):
-                warmup = options.warmup_trials if turn == 0 else max(1, options.warmup_trials // rounds)
+                # Later rounds follow other sides' forwards on a GPU at full clock: one forward, or a quarter of the
+                # first round's warm-up time, brings the side back (at 5 ms a forward, each extra warm-up forward
+                # costs a quarter of a percent of a 2 s re-check)
+                warmup = options.warmup_trials if turn == 0 else 1
+                warm_s = options.warmup_s if turn == 0 else options.warmup_s / 4
                 for name, worker, compiled in sides if turn % 2 == 0 else sides[::-1]:
                     if name in failed:
                         continue
                     answer = self.call(worker, "time", "time", options.run_timeout, compile=compiled, warmup=warmup,
-                                       round=turn, **per_round)
+                                       warm_s=warm_s, round=turn, check=self.token, **per_round)
                     if not answer["ok"]:
                         if name == "solution":
                             self.findings.append(Finding("crash", f"forward raised {answer['error']} while timed",

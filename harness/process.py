@@ -159,8 +159,13 @@ class Worker:
             pass
         self.process.wait()
 
-    def close(self) -> None:
-        self.kill()
+    def close(self, wait: bool = True) -> None:
+        """Kill the worker's process group and remove its directory; `wait=False` leaves the waiting for its end
+        and the removal to a background thread."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         try:
             os.close(self.reply)
         except OSError:
@@ -170,6 +175,13 @@ class Worker:
                 self.process.stdin.close()
             except OSError:
                 pass
+        if wait:
+            self._reap()
+        else:
+            threading.Thread(target=self._reap, name="dice-worker-reaper", daemon=True).start()
+
+    def _reap(self) -> None:
+        self.process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -308,7 +320,8 @@ class KeptReference:
     stay, so the next check of the same reference skips the reference stage (seconds for large inputs: making them,
     running the reference, writing them out) and, with the compile baseline, torch.compile.
 
-    The candidate never runs in this process; it only reads `exchange/inputs.pt` and writes its outputs beside it.
+    The candidate never runs in this process. Its worker copies the trial inputs from `exchange/inputs.pt`, or on a
+    GPU from this worker's memory by CUDA IPC before it imports the candidate, and hands its outputs back.
     `reply` is the reference stage's answer, None while the worker still owes it (a check that ended at a compile
     error never waited for it); `inputs` is inputs.pt's stat when kept, so a file changed since is not trusted."""
 

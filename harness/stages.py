@@ -30,6 +30,7 @@ def build(side: Side, command: dict[str, Any]) -> dict[str, Any]:
 
     options = command["options"]
     side.options = options
+    side.received = _receive_inputs(command.get("handout"))  # first: nothing of the solution's has run here yet
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch(command.get("arch", "9.0"))
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     side.builder = Builder(options["cache_dir"], options["light_build"], arch)
@@ -37,6 +38,26 @@ def build(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     side.module = load_module(command["path"], "dice_solution")
     return {"extensions": [e.to_dict() for e in side.builder.extensions], "arch": arch,
             "cuda_available": torch.cuda.is_available(), "has_model_new": hasattr(side.module, "ModelNew")}
+
+
+def _receive_inputs(handout: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The trial inputs a kept reference worker handed out (`_hand_out`), copied out of its memory by CUDA IPC.
+
+    Done before the solution is imported, and the views go as soon as they are copied (torch closes a mapping with
+    its last view), so no code of the solution's ever runs while this process can reach the reference's memory.
+    None when there is nothing to receive or it fails: the inputs come from the exchange file then."""
+    if not handout:
+        return None
+
+    def own(row: list[dict[str, Any] | None]) -> list[torch.Tensor | None]:
+        return [None if entry is None else verify.receive([entry])[0].clone() for entry in row]
+
+    try:
+        received = {"trials": [own(row) for row in handout["trials"]], "changed": own(handout["changed"])}
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001  (any failure means the file, which always holds the inputs)
+        return None
+    return received
 
 
 def prepare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
@@ -86,8 +107,30 @@ def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
         side.expected_changed = expected(side.model(*verify.to_device(changed, side.device)))
     side.trials = trials
     torch.save({"init": init, "trials": trials, "changed": changed}, Path(command["exchange"]) / "inputs.pt")
-    return {"device": _device_name(side.device), **runtime.precision_state(),
+    sets = [inputs for _seed, inputs in trials] + [changed]
+    size = sum(t.numel() * t.element_size() for inputs in sets for t in inputs if isinstance(t, torch.Tensor))
+    handout = _hand_out(side, sets) if side.device.type == "cuda" and size <= room[0] else None
+    return {"device": _device_name(side.device), **runtime.precision_state(), "handout": handout,
             "dtypes": sorted({str(t.dtype) for out in side.expected for t in out})}
+
+
+def _hand_out(side: Side, sets: list[list[Any]]) -> dict[str, Any] | None:
+    """Copies of every trial's inputs on the GPU, kept by this (reference) worker for the solution workers of this
+    and later checks to copy by CUDA IPC (`_receive_inputs`): with 4864x4864 inputs, loading them from the file took
+    a re-check's solution worker 0.2 s. Contiguous tensors only (a description has no strides); None for the rest,
+    which come from the file. The descriptions, JSON-ready; None when sharing fails."""
+    side.handout = [[verify.on_device_copy(v, side.device) if _shareable(v) else None for v in inputs]
+                    for inputs in sets]
+    try:
+        described = [[None if t is None else verify.share([t])[0] for t in row] for row in side.handout]
+    except (RuntimeError, OSError):
+        side.handout = []
+        return None
+    return {"trials": described[:-1], "changed": described[-1]}
+
+
+def _shareable(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_contiguous() and value.numel() > 0
 
 
 def run(side: Side, command: dict[str, Any]) -> dict[str, Any]:
@@ -105,14 +148,16 @@ def run(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     outputs, threads_before = [], runtime.thread_ids()
     with torch.no_grad():
         first = None
-        for index, (_seed, inputs) in enumerate(data["trials"]):
-            tensors = verify.to_device(inputs, side.device)
+        received, side.received = side.received, None
+        for index, (seed, inputs) in enumerate(data["trials"]):
+            tensors = _inputs(inputs, received["trials"][index] if received else None, side.device)
+            if received:
+                received["trials"][index] = None  # each trial's copies go with it
+            if index == 0:  # timed later: a copy on the device, taken before forward may write into its inputs
+                first, side.trials = tensors, [(seed, [verify.clone(t) for t in tensors])]
             result = verify.flatten(side.model(*tensors))
             outputs.append(verify.copies(result, sharing))
-            if index == 0:
-                first = tensors
-        side.trials = [(data["trials"][0][0], verify.to_device(data["trials"][0][1], side.device))]
-        changed = verify.to_device(data["changed"], side.device)
+        changed = _inputs(data["changed"], received["changed"] if received else None, side.device)
         count = verify.change_in_place(first, changed)
         changed_out = verify.copies(verify.flatten(side.model(*first)), sharing)
         if side.device.type == "cuda":
@@ -122,7 +167,15 @@ def run(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     handed = _hand_over(side, Path(command["exchange"]), sharing)
     after = runtime.precision_state()
     return {"device": _device_name(side.device), "changed_tensors": count, "threads": threads,
-            "precision_before": before, "precision_after": after, "outputs": handed}
+            "precision_before": before, "precision_after": after, "outputs": handed,
+            "inputs": "shared" if received else "file"}
+
+
+def _inputs(from_file: list[Any], received: list[Any] | None, device: torch.device) -> list[Any]:
+    """One trial's inputs on `device`: the copies received from the reference worker where there are, else the
+    file's."""
+    received = received or [None] * len(from_file)
+    return [verify.to_device(value, device) if got is None else got for value, got in zip(from_file, received)]
 
 
 def _hand_over(side: Side, exchange: Path, sharing: bool) -> str:
@@ -204,15 +257,19 @@ def time(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     options = side.options
     side.outputs = None  # compared by now: the GPU copies handed over go before anything is timed
     runtime.set_precision(options["tf32"], options["cudnn_tf32"])
-    if command.get("round", 0) == 0 or side.timed_inputs is None:  # copied once a check, not once a round
-        side.timed_inputs = verify.to_device(side.trials[0][1], side.device)
-    inputs = side.timed_inputs
+    if side.timed_check != command.get("check") or side.timed_inputs is None:  # copied once a check, not a round
+        side.timed_inputs, side.timed_check = None, command.get("check")  # the last check's copies go first
+        on_gpu = side.handout[0] if side.handout else [None] * len(side.trials[0][1])
+        first = [verify.to_device(v, side.device) if g is None else g.clone()  # never the handout itself
+                 for v, g in zip(side.trials[0][1], on_gpu)]
+        side.timed_inputs = timing.placements(first, side.device)
     model = side.model
     if command.get("compile"):
         if side.compiled is None:  # compiled once; later rounds reuse it
             side.compiled = torch.compile(side.model)
         model = side.compiled
-    result = timing.measure(lambda: model(*inputs), side.device, command.get("trials", options["timing_trials"]),
+    forwards = [lambda inputs=inputs: model(*inputs) for inputs in side.timed_inputs]
+    result = timing.measure(forwards, side.device, command.get("trials", options["timing_trials"]),
                             command.get("warmup", options["warmup_trials"]),
                             command.get("budget_s", options.get("timing_budget_s", 0.0)),
                             command.get("warm_s", 0.0))

@@ -45,7 +45,10 @@ class Side:
         self.options: dict[str, Any] = {}
         self.builder: Any = None
         self.outputs: Any = None  # the solution's last outputs, until the reference worker has compared them
-        self.timed_inputs: Any = None  # the first trial's inputs on the device, for the rounds of one check's timing
+        self.handout: list[list[Any]] = []  # reference: every trial's inputs on the GPU, shared by CUDA IPC
+        self.received: Any = None  # solution: the handout's copies, received before the solution was imported
+        self.timed_check: Any = None  # the check that `timed_inputs` were copied for
+        self.timed_inputs: Any = None  # copies of the first trial's inputs on the device (timing.placements), one check's
 
 
 def load_module(path: str, name: str) -> Any:

@@ -113,3 +113,31 @@ def test_at_most_kept_references_are_kept(files, options, keeping, monkeypatch):
     [first] = keeping.values()
     harness.check(reference, solution, options.with_(seed=7))
     assert len(keeping) == 1 and first.worker.process.poll() is not None
+
+
+def test_a_solution_worker_closed_without_waiting_still_ends_and_leaves_no_directory(options):
+    """A finished check kills its solution worker and leaves the waiting to a background thread (a CUDA process takes
+    a while to end); the process and its private directory still go."""
+    worker = process.Worker(options, warm=False)
+    assert worker.call("nothing", 60)["ok"] is False  # running and answering
+    worker.close(wait=False)
+    deadline = time.monotonic() + 30
+    while (worker.process.poll() is None or Path(worker.directory).exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker.process.returncode == -9 and not Path(worker.directory).exists()
+
+
+def test_inputs_come_from_the_file_when_there_is_no_handout_or_it_cannot_be_opened():
+    import torch
+
+    from harness import stages
+
+    assert stages._receive_inputs(None) is None
+    assert stages._receive_inputs({"trials": [[{"dtype": "float32", "shape": [3], "device": 0, "handle": "AA==",
+                                                "size": 12, "offset": 0, "counter": None, "counter_offset": 0,
+                                                "event": None, "sync": False, "storage_offset": 0}]],
+                                   "changed": []}) is None
+    from_file, got = [torch.zeros(2), 3, torch.ones(2)], torch.full((2,), 7.0)
+    merged = stages._inputs(from_file, [None, None, got], torch.device("cpu"))
+    assert merged[0] is from_file[0] and merged[1] == 3 and merged[2] is got
+    assert stages._inputs(from_file, None, torch.device("cpu"))[2] is from_file[2]
