@@ -2,7 +2,9 @@
 the time the caller waited, the time the worker spent, and how many modules the command imported; then whole checks.
 
 A check first fills the build cache, so the commands load the extension as a re-check does.
-Usage (on the GPU machine, from the repo root): python benchmarks/recheck_steps.py [--cache DIR] [--settle SECONDS]
+Usage (on the GPU machine, from the repo root):
+    python benchmarks/recheck_steps.py [--cache DIR] [--settle SECONDS] [--slow N]
+--slow N: the NxN matmul problem of benchmarks/fixtures.py (a forward of milliseconds) against eager and torch.compile.
 """
 
 from __future__ import annotations
@@ -15,19 +17,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-FILES = ROOT / "tests" / "harness" / "files"
+from benchmarks import fixtures  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", help="build cache (one holding the precompiled header saves its build)")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds the spares get to warm up")
+    parser.add_argument("--slow", type=int, default=0, help="NxN matmul problem instead of the 512x512 add")
     args = parser.parse_args()
     import harness
     from harness import process
 
-    options = harness.Options(cache_dir=args.cache or tempfile.mkdtemp(prefix="dice-steps-"), baseline="eager")
-    reference_text, solution_text = (FILES / "add_reference.py").read_text(), (FILES / "cuda_solution.py").read_text()
+    options = harness.Options(cache_dir=args.cache or tempfile.mkdtemp(prefix="dice-steps-"),
+                              baseline="both" if args.slow else "eager")
+    reference_text, solution_text = fixtures.matmul(args.slow) if args.slow else fixtures.add()
     started = time.perf_counter()
     report = harness.check(reference_text, solution_text, options)
     print(f"filling the cache: {time.perf_counter() - started:.1f} s, {report.summary()}")
@@ -43,20 +47,23 @@ def main() -> None:
         (solution, "build", {"path": solution.file("solution.py", solution_text), "options": payload}),
         (reference, "reference", {"path": reference.file("reference.py", reference_text), "options": payload,
                                   "exchange": exchange}),
-        (solution, "run", {"exchange": exchange}),
+        (solution, "run", {"exchange": exchange, "share": True}),
         (reference, "compare", {"exchange": exchange}),
         (reference, "time", {"compile": False}),
         (solution, "time", {"compile": False}),
+        *([(reference, "time", {"compile": True}), (reference, "time", {"compile": True, "round": 1})]
+          if args.slow else []),  # the first compiles
         (solution, "inspect", {"kernels": ["add_kernel"]}),
     ]
-    print(f"{'command':10s} {'waited':>8s} {'in worker':>10s} {'imported':>9s}  warm-up")
+    print(f"{'command':14s} {'waited':>8s} {'in worker':>10s} {'imported':>9s}  warm-up")
     for worker, op, payload_ in commands:
         started = time.perf_counter()
         answer = worker.call(op, 120, **payload_)
         waited = time.perf_counter() - started
         side = answer.get("worker", {})
         note = "" if answer["ok"] else f"  failed: {answer['error']}"
-        print(f"{op:10s} {waited:8.3f} {side.get('seconds', 0):10.3f} {side.get('imported', 0):9d}  "
+        label = f"{op} (compile)" if payload_.get("compile") else op
+        print(f"{label:14s} {waited:8.3f} {side.get('seconds', 0):10.3f} {side.get('imported', 0):9d}  "
               f"{side.get('warm_up_seconds', 0):.1f} s {side.get('warm_up_error', '')}{note}")
     reference.close()
     solution.close()
