@@ -70,7 +70,7 @@ def prepare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     return {"header": str(light.prepare(Path(command["cache_dir"]), cpp_extension.load_inline))}
 
 
-EXPECTED_ON_GPU = 0.05  # the share of the GPU's memory a reference worker may keep expected outputs in
+EXPECTED_ON_GPU = 0.05  # the share of the GPU's memory a reference worker may keep expected outputs and inputs in
 
 
 def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +175,7 @@ def _inputs(from_file: list[Any], received: list[Any] | None, device: torch.devi
     """One trial's inputs on `device`: the copies received from the reference worker where there are, else the
     file's."""
     received = received or [None] * len(from_file)
-    return [verify.to_device(value, device) if got is None else got for value, got in zip(from_file, received)]
+    return [verify.to_device(value if got is None else got, device) for value, got in zip(from_file, received)]
 
 
 def _hand_over(side: Side, exchange: Path, sharing: bool) -> str:
