@@ -56,7 +56,7 @@ def clocks(report) -> str:
     return "timings: " + ", ".join(
         f"{name} median {t.median_ms * 1e3:.2f} us (IQR {t.spread_ms * 1e3:.2f}, {t.trials} trials, "
         f"rounds {'/'.join(f'{m * 1e3:.2f}' for m in t.round_medians_ms)}, {t.slow_fraction:.0%} over 2x median, "
-        f"{t.placements} placements)"
+        f"{t.placements} placements, {t.rounds_left_out} rounds left out)"
         for name, t in report.timings.items())
 
 

@@ -287,7 +287,8 @@ class _Check:
                         failed.add(name)
                         continue
                     parts[name].append(answer["timing"])
-        raw = {name: samples.pool(part) for name, part in parts.items() if part and name not in failed}
+        raw = {name: samples.pool(part, options.timing_trials) for name, part in parts.items()
+               if part and name not in failed}
         for timing in raw.values():
             timing["disagrees"] = samples.timer_disagrees(timing, options.timer_tolerance)
         timings = {k: Timing(**{f: v[f] for f in Timing.__dataclass_fields__}) for k, v in raw.items()}

@@ -74,6 +74,7 @@ class Timing:
     host_median_ms: float = 0.0  # host clock over a device-wide synchronize, per trial
     clock: str = "cuda-events"  # "cuda-events" or "host" (CPU mode)
     round_medians_ms: tuple[float, ...] = ()  # each round's own median: drift between rounds shows here
+    rounds_left_out: int = 0  # rounds far slower than the others, left out of the median (samples.pool)
     slow_fraction: float = 0.0  # share of samples over twice the median (stalls, launches the timer caught)
     placements: int = 1  # copies of the inputs at different addresses, timed in turn (timing.placements)
 

@@ -90,8 +90,9 @@ def render(report: "harness.Report", solution: Path) -> str:
         lines.append(f"  trial seed {t.seed}: {mark} max abs {t.max_abs_error:.3g}, rel L2 {t.relative_l2:.2g}"
                      f"{' at ' + t.where if not t.passed and t.where else ''}{' ' + t.note if t.note else ''}{tag}")
     for name, timing in report.timings.items():
+        left = f", {timing.rounds_left_out} far slower round(s) left out" if timing.rounds_left_out else ""
         lines.append(f"  {name:9s} median {timing.median_ms:.4f} ms (IQR {timing.spread_ms:.4f}, "
-                     f"{timing.trials} trials, {timing.clock})")
+                     f"{timing.trials} trials, {timing.clock}{left})")
     for k in report.kernels:
         lines.append(f"  kernel {k.name}: {k.share:.0%} of GPU time, {k.launches} launches{'' if k.own else ' (torch)'}")
     stages = ", ".join(f"{s.name} {s.seconds:.2f}s" for s in report.stages)

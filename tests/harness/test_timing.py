@@ -89,10 +89,33 @@ def test_rounds_pool_into_one_median_over_every_sample():
     from harness import samples
 
     first = timing.measure(lambda: time.sleep(0.001), torch.device("cpu"), trials=3, warmup=1)
-    second = {**first, "samples": [100.0, 100.0, 100.0], "host_samples": [100.0, 100.0, 100.0]}
+    late = first["median_ms"] * 1.2  # a later round a little slower: drift, pooled (far slower ones are not)
+    second = {**first, "samples": [late] * 3, "host_samples": [late] * 3}
     pooled = samples.pool([first, second])
-    assert pooled["trials"] == 6 and pooled["rounds"] == 2 and pooled["max_ms"] == 100.0
-    assert first["median_ms"] < pooled["median_ms"] < 100.0  # the middle of all six, not of either round
+    assert pooled["trials"] == 6 and pooled["rounds"] == 2 and pooled["max_ms"] == late
+    assert first["median_ms"] < pooled["median_ms"] < late  # the middle of all six, not of either round
+
+
+def _round(values: list[float]) -> dict:
+    return {"samples": values, "host_samples": [v + 0.01 for v in values], "clock": "cuda-events",
+            "overhead_ms": 0.01}
+
+
+def test_a_far_slower_round_is_left_out_while_the_rest_hold_the_minimum_trials():
+    from harness import samples
+
+    steady = [_round([0.0048, 0.0049, 0.0048, 0.0050] * 50) for _ in range(3)]
+    slow = _round([0.0180, 0.0170, 0.0190, 0.0049] * 50)
+    pooled = samples.pool([slow, *steady], minimum=100)
+    assert pooled["rounds_left_out"] == 1 and pooled["trials"] == 600 and pooled["median_ms"] < 0.0050
+    assert len(pooled["round_medians_ms"]) == 4 and pooled["round_medians_ms"][0] > 0.017  # still reported
+    assert pooled["slow_fraction"] > 0.15  # over every sample: the slow round shows there
+    kept_all = samples.pool([slow, *steady], minimum=800)  # leaving it out would go under the minimum
+    assert kept_all["rounds_left_out"] == 0 and kept_all["trials"] == 800
+    drift = samples.pool([_round([0.0055] * 50), *steady], minimum=100)  # 12 % slower: drift, not an outlier
+    assert drift["rounds_left_out"] == 0
+    fast = samples.pool([_round([0.001] * 50), *steady], minimum=100)  # a fast round is never left out
+    assert fast["rounds_left_out"] == 0
 
 
 def test_two_checks_worth_of_spares_where_the_cores_allow(monkeypatch):
