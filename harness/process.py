@@ -151,21 +151,19 @@ class Worker:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def kill(self) -> None:
-        """Kill the worker and everything it started (compilers, ninja) by process group."""
+    def kill(self, wait: bool = True) -> None:
+        """Kill the worker and everything it started (compilers, ninja) by process group; `wait`: until it ended."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        self.process.wait()
+        if wait:
+            self.process.wait()
 
     def close(self, wait: bool = True) -> None:
         """Kill the worker's process group and remove its directory; `wait=False` leaves the waiting for its end
         and the removal to a background thread."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        self.kill(wait=False)
         try:
             os.close(self.reply)
         except OSError:

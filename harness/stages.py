@@ -119,7 +119,7 @@ def _hand_out(side: Side, sets: list[list[Any]]) -> dict[str, Any] | None:
     and later checks to copy by CUDA IPC (`_receive_inputs`): with 4864x4864 inputs, loading them from the file took
     a re-check's solution worker 0.2 s. Contiguous tensors only (a description has no strides); None for the rest,
     which come from the file. The descriptions, JSON-ready; None when sharing fails."""
-    side.handout = [[verify.on_device_copy(v, side.device) if _shareable(v) else None for v in inputs]
+    side.handout = [[v.detach().to(side.device, copy=True) if _shareable(v) else None for v in inputs]  # own copies
                     for inputs in sets]
     try:
         described = [[None if t is None else verify.share([t])[0] for t in row] for row in side.handout]

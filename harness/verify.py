@@ -41,11 +41,6 @@ def clone(value: Any) -> Any:
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def on_device_copy(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A copy of `tensor` on `device` that shares nothing with it, even when it is there already."""
-    return tensor.detach().to(device, copy=True)
-
-
 def detach_cpu(values: list[torch.Tensor]) -> list[torch.Tensor]:
     return [v.detach().to("cpu", copy=True) for v in values]
 

@@ -48,7 +48,7 @@ class Side:
         self.handout: list[list[Any]] = []  # reference: every trial's inputs on the GPU, shared by CUDA IPC
         self.received: Any = None  # solution: the handout's copies, received before the solution was imported
         self.timed_check: Any = None  # the check that `timed_inputs` were copied for
-        self.timed_inputs: Any = None  # copies of the first trial's inputs on the device (timing.placements), one check's
+        self.timed_inputs: Any = None  # one check's copies of the first trial's inputs (timing.placements)
 
 
 def load_module(path: str, name: str) -> Any:
