@@ -29,7 +29,7 @@ def variants(tag: str, count: int) -> list[str]:
 
 
 def main() -> None:
-    import harness
+    from dice_lsp import harness
     from build import machine
 
     parser = argparse.ArgumentParser(description=__doc__)

@@ -39,7 +39,7 @@ def plain_build(source: str) -> float:
 
 
 def check_seconds(reference: str, solution: str, options) -> tuple[float, object]:
-    import harness
+    from dice_lsp import harness
 
     started = time.perf_counter()
     report = harness.check(reference, solution, options)
@@ -93,7 +93,7 @@ def record(results: str, rows: list[tuple[str, float, str]], speedups: dict[str,
 
 
 def main() -> None:
-    import harness
+    from dice_lsp import harness
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", help="build cache to use and keep (default: a temporary one, removed after)")
@@ -143,8 +143,8 @@ def checks(reference: str, fixture: str, options, args, row, speedups: dict[str,
     """Cold checks (precompiled header to build, then built), then unchanged re-checks a save's pause apart, with the
     reference's 512x512 inputs and then with larger ones. A re-check reuses the reference worker of the check before
     (kept by `harness.process`); `--fresh` more re-checks per size start a new one each time, for comparison."""
-    import harness
-    from harness import process
+    from dice_lsp import harness
+    from dice_lsp.harness import process
 
     seconds, report = check_seconds(reference, unique(fixture, "first"), options)
     row("check, cold, precompiled header not built yet", seconds, report.summary())

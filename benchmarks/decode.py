@@ -20,11 +20,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import model as model_code  # noqa: E402
-from engine.config import ModelConfig  # noqa: E402
-from engine.decode import generate  # noqa: E402
-from engine.fast import GraphRunner  # noqa: E402
-from engine.model import Kernels, SDARModel  # noqa: E402
+from dice_lsp.engine import model as model_code  # noqa: E402
+from dice_lsp.engine.config import ModelConfig  # noqa: E402
+from dice_lsp.engine.decode import generate  # noqa: E402
+from dice_lsp.engine.fast import GraphRunner  # noqa: E402
+from dice_lsp.engine.model import Kernels, SDARModel  # noqa: E402
 
 DICE_1_7B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, block_size=4)
@@ -175,8 +175,8 @@ def hf_speed(hf, batch, prompt_len, new_tokens, seed=0) -> dict[str, float]:
 def causal_speed(hf, prompt_len, new_tokens, seed=0) -> dict[str, float]:
     """The HF model saved by save_pretrained, loaded by the engine as a causal LM and decoded greedily at batch 1
     (plain runner: the CUDA-graph runner is SDAR-only), on the prompt hf_speed uses with the same seed."""
-    from engine.checkpoint import load
-    from engine.tiny import train_tokenizer
+    from dice_lsp.engine.checkpoint import load
+    from tiny_model import train_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="qwen3-") as directory:
         hf.save_pretrained(directory)

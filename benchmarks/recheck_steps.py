@@ -26,8 +26,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=15.0, help="seconds the spares get to warm up")
     parser.add_argument("--slow", type=int, default=0, help="NxN matmul problem instead of the 512x512 add")
     args = parser.parse_args()
-    import harness
-    from harness import process
+    from dice_lsp import harness
+    from dice_lsp.harness import process
 
     options = harness.Options(cache_dir=args.cache or tempfile.mkdtemp(prefix="dice-steps-"),
                               baseline="both" if args.slow else "eager")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.train.tasks import FAMILIES, render, templates  # noqa: E402
-from harness import Options, check_many  # noqa: E402
+from dice_lsp.train.tasks import FAMILIES, render, templates  # noqa: E402
+from dice_lsp.harness import Options, check_many  # noqa: E402
 
 
 def main() -> int:

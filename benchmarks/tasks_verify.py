@@ -44,9 +44,9 @@ def instances(family: str, name: str, args, render) -> list:
 
 
 def main() -> int:
-    import harness
+    from dice_lsp import harness
     from build import machine
-    from engine.train.tasks import FAMILIES, render, templates
+    from dice_lsp.train.tasks import FAMILIES, render, templates
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--per-template", type=int, default=3, help="instances of each template (seeds 0..N-1)")

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import torch
 
-from engine.config import ModelConfig
-from engine.model import SDARModel
-from engine.train.objective import Objective
-from engine.train.pack import IGNORE, group, join, stack
-from engine.train.sft import sample_generator, sft_loss, sft_piece
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.model import SDARModel
+from dice_lsp.train.objective import Objective
+from dice_lsp.train.pack import IGNORE, group, join, stack
+from dice_lsp.train.sft import sample_generator, sft_loss, sft_piece
 
 PEAK = 989e12  # H200 SXM dense bf16, FLOP/s (datasheet)
 

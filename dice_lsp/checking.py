@@ -29,10 +29,10 @@ class CheckRunner:
 
         def work() -> None:
             try:
-                import harness
-                from harness import process
-                from harness.batch import visible_gpus
-                from harness.options import Options
+                from dice_lsp import harness
+                from dice_lsp.harness import process
+                from dice_lsp.harness.batch import visible_gpus
+                from dice_lsp.harness.options import Options
 
                 options = Options.from_settings(settings)
                 if options.device == "cpu" or not visible_gpus():
@@ -59,15 +59,15 @@ class CheckRunner:
         def work() -> None:
             report = None
             try:
-                import harness
-                from harness.options import Options
+                from dice_lsp import harness
+                from dice_lsp.harness.options import Options
 
                 options = Options.from_settings(settings)
                 harness.keep_warm()  # started workers wait for the next save: re-checks skip torch's import
                 report = harness.check(reference, solution, options, cancel=cancel)
             except Exception as error:  # a harness bug must surface as a report, never kill the server
                 log.exception("check failed")
-                from harness.report import Report
+                from dice_lsp.harness.report import Report
 
                 report = Report(status="crashed", message=f"dice-lsp's harness failed: {error}")
             finally:
@@ -87,7 +87,7 @@ class CheckRunner:
     def close(self) -> None:
         self.cancel_all()
         try:
-            import harness
+            from dice_lsp import harness
 
             harness.close_spares()
         except Exception:

@@ -65,8 +65,8 @@ def _child(connection, cancel_event) -> None:
 
 
 def _run(job: GenerationJob, loaded: dict, connection, cancel_event) -> list[str]:
-    import engine
-    from engine.checkpoint import choose, load
+    from dice_lsp import engine
+    from dice_lsp.engine.checkpoint import choose, load
 
     from dice_lsp.settings import Decoding
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.checkpoint import Loaded, load, save
-from engine.config import ModelConfig
-from engine.decode import DecodeSettings, generate
-from engine.errors import EngineError
-from engine.generation import Draft, Generation, Progress
-from engine.model import SDARModel
+from dice_lsp.engine.checkpoint import Loaded, load, save
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.decode import DecodeSettings, generate
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.engine.generation import Draft, Generation, Progress
+from dice_lsp.engine.model import SDARModel
 
 __all__ = [
     "DecodeSettings", "Draft", "EngineError", "Generation", "Loaded", "ModelConfig", "Progress", "SDARModel",
@@ -41,7 +41,7 @@ def generate_kernel(
 
     settings: dice_lsp.settings.Decoding, DecodeSettings or None; keyword overrides win (seed=, max_new_tokens=).
     """
-    from engine import prompts
+    from dice_lsp.engine import prompts
 
     if samples < 1:
         raise EngineError(f"samples must be >= 1, got {samples}")
@@ -61,14 +61,14 @@ def _runner(loaded: Loaded):
     if loaded.device.type != "cuda" or loaded.config.causal:  # the graph runner decodes blocks, not causal LMs
         return None
     if loaded.runner is None:
-        from engine.fast import GraphRunner
+        from dice_lsp.engine.fast import GraphRunner
 
         loaded.runner = GraphRunner(loaded.model)
     return loaded.runner
 
 
 def _draft(generation: Generation, skeleton: str | None) -> Draft:
-    from engine import prompts
+    from dice_lsp.engine import prompts
 
     code = prompts.extract_code(generation.text)
     if code is None:

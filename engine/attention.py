@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from engine.model import attention as model_attention
+from dice_lsp.engine.model import attention as model_attention
 
 try:
     import triton

@@ -17,10 +17,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.config import ModelConfig
-from engine.errors import EngineError
-from engine.model import SDARModel
-from engine.tokenizer import Tokenizer, _read_json
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.engine.model import SDARModel
+from dice_lsp.engine.tokenizer import Tokenizer, _read_json
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 INDEX = "model.safetensors.index.json"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import EngineError
+from dice_lsp.engine.errors import EngineError
 
 # DICE / SDAR-Chat defaults (Qwen3's tokenizer): <|endoftext|>, <|im_end|>, <|MASK|>.
 ENDOFTEXT_ID = 151643

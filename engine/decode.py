@@ -13,10 +13,10 @@ from typing import Callable
 
 import torch
 
-from engine.config import ModelConfig
-from engine.errors import EngineError
-from engine.generation import Generation, Progress
-from engine.model import KVCache, SDARModel, block_causal_mask
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.engine.generation import Generation, Progress
+from dice_lsp.engine.model import KVCache, SDARModel, block_causal_mask
 
 
 FUSED_PASS_ROWS = 64  # the most rows (batch x two blocks) a pass writing one block and denoising the next may have

@@ -12,11 +12,11 @@ import warnings
 
 import torch
 
-import engine.attention
-import engine.fused
-from engine import model as model_code
-from engine.decode import visible_keys
-from engine.model import Kernels, SDARModel, block_causal_mask
+from dice_lsp.engine import attention as block_attention_kernels
+from dice_lsp.engine import fused as fused_kernels
+from dice_lsp.engine import model as model_code
+from dice_lsp.engine.decode import visible_keys
+from dice_lsp.engine.model import Kernels, SDARModel, block_causal_mask
 
 BUCKET = 256  # attention reads the cache up to the next multiple of this: few graphs, little wasted reading
 
@@ -92,10 +92,10 @@ class StaticCache:
         self.attention = attention  # None: engine.model's (SDPA)
 
     def rotate_and_update(self, layer: int, q, k, v, q_weight, k_weight, cos, sin, eps: float):
-        if not (self.fused and q.shape[0] == self.batch and engine.fused.usable(q)):
+        if not (self.fused and q.shape[0] == self.batch and fused_kernels.usable(q)):
             return model_code.rotate_and_update(self, layer, q, k, v, q_weight, k_weight, cos, sin, eps)
         keys, values = self.keys[layer], self.values[layer]
-        q = engine.fused.rotate_and_store(q, k, v, q_weight, k_weight, cos, sin, eps, keys, values, self.slots)
+        q = fused_kernels.rotate_and_store(q, k, v, q_weight, k_weight, cos, sin, eps, keys, values, self.slots)
         return q, keys[:, :, : self.length], values[:, :, : self.length]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
@@ -167,7 +167,7 @@ class GraphRunner:
         self.cache = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        attention = engine.attention.block_attention if self.attention == "triton" else None
+        attention = block_attention_kernels.block_attention if self.attention == "triton" else None
         self.cache = StaticCache(self.model, batch, capacity, self.fused_inputs, attention)
         self.block_size = block_size
         # Room for two blocks: a pass over a finished block (rows :block_size) and the next one runs both at once;

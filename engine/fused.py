@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import INTERPRET
+from dice_lsp.engine.attention import INTERPRET
 
 try:
     import triton

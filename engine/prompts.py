@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from engine.errors import EngineError
+from dice_lsp.engine.errors import EngineError
 
 EXAMPLE_REFERENCE = """import torch
 import torch.nn as nn

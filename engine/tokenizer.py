@@ -12,7 +12,7 @@ from typing import Any
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from engine.errors import EngineError
+from dice_lsp.engine.errors import EngineError
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>")  # SDAR-Chat's, in this order
 

@@ -5,12 +5,12 @@
 `prepare` builds what every build shares before the first check.
 """
 
-from harness.batch import check_each, check_many, prepare
-from harness.errors import HarnessError
-from harness.options import Options
-from harness.pipeline import Run, check
-from harness.process import close_spares, keep_warm, spares_while
-from harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
+from dice_lsp.harness.batch import check_each, check_many, prepare
+from dice_lsp.harness.errors import HarnessError
+from dice_lsp.harness.options import Options
+from dice_lsp.harness.pipeline import Run, check
+from dice_lsp.harness.process import close_spares, keep_warm, spares_while
+from dice_lsp.harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
 
 __all__ = ["Diagnostic", "HarnessError", "KernelShare", "Options", "Report", "Run", "Stage", "Timing", "Trial",
            "check", "check_each", "check_many", "close_spares", "keep_warm", "prepare", "spares_while"]

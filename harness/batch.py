@@ -13,11 +13,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Sequence
 
-from harness import process
-from harness.errors import HarnessError
-from harness.options import Options
-from harness.pipeline import _Check
-from harness.report import Report
+from dice_lsp.harness import process
+from dice_lsp.harness.errors import HarnessError
+from dice_lsp.harness.options import Options
+from dice_lsp.harness.pipeline import _Check
+from dice_lsp.harness.report import Report
 
 
 def visible_gpus() -> list[str]:

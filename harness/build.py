@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.cache import BuildLock, content_key
+from dice_lsp.harness.cache import BuildLock, content_key
 
 # load_inline's implicit includes, checked against torch/utils/cpp_extension.py: main.cpp gets one line before the
 # cpp sources, cuda.cu three lines before the cuda sources; sources are joined with "\n".
@@ -155,7 +155,7 @@ class Builder:
                 record.layout = self._layout(mode, cpp, cuda)
                 return import_library(name, library.strip())
         if self.light and cuda and p.get("is_python_module", True) and not p.get("no_implicit_headers"):
-            from harness import light
+            from dice_lsp.harness import light
 
             try:
                 library = light.build(name, cpp, cuda, p, directory / "light", self.original)
@@ -193,7 +193,7 @@ class Builder:
 
     def _layout(self, mode: str, cpp: list[str], cuda: list[str]) -> dict[str, list[Segment]]:
         if mode == "light":
-            from harness import light
+            from dice_lsp.harness import light
 
             return light.layout(cpp, cuda)
         return layout(cpp, cuda, MAIN_CPP_HEADER, CUDA_CU_HEADER)

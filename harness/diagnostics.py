@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from dice_lsp.anatomy.positions import LineIndex
 from dice_lsp.anatomy.types import Anatomy, Span
 
-from harness.report import Diagnostic
+from dice_lsp.harness.report import Diagnostic
 
 # g++:  /x/main.cpp:12:5: error: 'foo' was not declared in this scope
 # nvcc: /x/cuda.cu(12): error: identifier "foo" is undefined   (the column comes from the caret line below)

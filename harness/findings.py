@@ -9,7 +9,7 @@ from typing import Any
 
 from dice_lsp.anatomy.types import Anatomy, Finding, Span
 
-from harness.options import Options
+from dice_lsp.harness.options import Options
 
 
 def from_trials(trials: list[dict[str, Any]], reference_dtypes: list[str], options: Options,

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.cache import BuildLock
+from dice_lsp.harness.cache import BuildLock
 
 _TORCH_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"](torch|ATen|c10|pybind11)/[^\n]*$", re.M)
 _KERNEL_UNIT_HEADER = "#include <cuda.h>\n#include <cuda_runtime.h>\n"

@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 from dice_lsp.anatomy.types import Anatomy, Finding, Span
 
-from harness import diagnostics, findings, process, samples
-from harness.cache import clean_stale_locks
-from harness.errors import HarnessError
-from harness.options import Options
-from harness.report import KernelShare, Report, Stage, Timing, Trial
+from dice_lsp.harness import diagnostics, findings, process, samples
+from dice_lsp.harness.cache import clean_stale_locks
+from dice_lsp.harness.errors import HarnessError
+from dice_lsp.harness.options import Options
+from dice_lsp.harness.report import KernelShare, Report, Stage, Timing, Trial
 
 
 def parse(text: str, reference: Anatomy | None = None) -> Anatomy | None:

@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
-from harness.options import Options
+from dice_lsp.harness.errors import HarnessError
+from dice_lsp.harness.options import Options
 
-_ROOT = str(Path(__file__).resolve().parent.parent)  # so `python -m harness.worker` imports this checkout
+import dice_lsp
+
+# The folder that holds the `dice_lsp` package in use, so `python -m dice_lsp.harness.worker` imports this copy.
+_ROOT = str(Path(dice_lsp.__file__).resolve().parent.parent)
 _spares: dict[tuple, list[Worker]] = {}
 _spares_lock = threading.Lock()
 _spare_count = 0
@@ -67,7 +70,7 @@ def _torch_writable() -> bool:
 
 
 class Worker:
-    """One worker process, started with `python -m harness.worker` in a new session (so its group can be killed)."""
+    """One worker process, started with `python -m dice_lsp.harness.worker` in a new session (so its group can be killed)."""
 
     def __init__(self, options: Options, extra_env: dict[str, str] | None = None, warm: bool = True) -> None:
         """`warm`: create the CUDA context before the first command (a worker that only builds needs none)."""
@@ -79,7 +82,7 @@ class Worker:
         self.log_path = Path(self.directory) / "worker.log"
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "harness.worker", str(write)], stdin=subprocess.PIPE, stdout=log,
+                [sys.executable, "-m", "dice_lsp.harness.worker", str(write)], stdin=subprocess.PIPE, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(write,), cwd=self.directory, env=env, start_new_session=True)
         os.close(write)
         self.reply = read

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from harness import inspect as runtime
-from harness import timing, verify
-from harness.worker import Side, load_module, pick_device
+from dice_lsp.harness import inspect as runtime
+from dice_lsp.harness import timing, verify
+from dice_lsp.harness.worker import Side, load_module, pick_device
 
 
 def _local_arch(fallback: str) -> str:
@@ -26,7 +26,7 @@ def _local_arch(fallback: str) -> str:
 
 def build(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     """Import the solution: its load_inline calls build (or load from the cache) here."""
-    from harness.build import Builder
+    from dice_lsp.harness.build import Builder
 
     options = command["options"]
     side.options = options
@@ -64,7 +64,7 @@ def prepare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
     """Build what every light build shares (the precompiled torch header) ahead of the first check."""
     import torch.utils.cpp_extension as cpp_extension
 
-    from harness import light
+    from dice_lsp.harness import light
 
     os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch("9.0")  # as build
     return {"header": str(light.prepare(Path(command["cache_dir"]), cpp_extension.load_inline))}

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from harness.samples import summary
+from dice_lsp.harness.samples import summary
 
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event

@@ -12,7 +12,7 @@ import sys
 import traceback
 from typing import Any
 
-from harness import timing  # binds the clocks before any candidate code is imported
+from dice_lsp.harness import timing  # binds the clocks before any candidate code is imported
 
 
 def apply_limits(limits: dict[str, Any]) -> None:
@@ -95,7 +95,7 @@ def main() -> int:
     reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     limits = json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}"))
     apply_limits(limits)
-    from harness import stages
+    from dice_lsp.harness import stages
     import torch.utils.cpp_extension  # noqa: F401  (what a build stage needs first: ~100 modules)
 
     started = timing._perf_counter()

@@ -42,6 +42,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random SDAR checkpoint in the HF layout (config.json, model.safetensors, tokenizer.json, ...)."""
-    from engine.tiny import build
+    from tiny_model import build
 
     return build(tmp_path_factory.mktemp("tiny-model") / "tiny-sdar")

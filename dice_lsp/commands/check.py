@@ -38,7 +38,7 @@ def add_check_options(group, baseline: str = "both",
 
 def options_from(args: argparse.Namespace):
     """harness.Options from the flags `add_check_options` added."""
-    from harness.options import Options
+    from dice_lsp.harness.options import Options
 
     return Options(
         correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance, rtol=args.tolerance,
@@ -69,7 +69,7 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import harness
+    from dice_lsp import harness
 
     reference, solution = locate(args)
     options = options_from(args)

@@ -40,9 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_curate(args: argparse.Namespace) -> int:
     from dice_lsp.cli import CommandError
-    from engine.errors import EngineError
-    from engine.train.curate import curate
-    from harness import Options
+    from dice_lsp.engine.errors import EngineError
+    from dice_lsp.train.curate import curate
+    from dice_lsp.harness import Options
 
     options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none")
     try:
@@ -64,8 +64,8 @@ def run_tasks(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dice_lsp.cli import CommandError
-    from engine.errors import EngineError
-    from engine.train.tasks import generate, speed_weights
+    from dice_lsp.engine.errors import EngineError
+    from dice_lsp.train.tasks import generate, speed_weights
 
     if args.count < 1:
         raise CommandError("--count must be at least 1")

@@ -40,8 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dice_lsp.cli import CommandError
-    from engine import EngineError, generate_kernel, load
-    from engine.checkpoint import choose
+    from dice_lsp.engine import EngineError, generate_kernel, load
+    from dice_lsp.engine.checkpoint import choose
 
     text = _read(args.file)
     skeleton, reference = (text, _reference_for(args, text)) if args.infill else (None, text)

@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                          "The defaults are the bundled model's shape.")
     init.add_argument("--data", required=True, help="JSONL of {reference, solution} (e.g. from `dice-lsp data tasks`)")
     init.add_argument("--out", required=True, help="checkpoint directory to write")
-    # Defaults (None here) come from engine.train.scratch.Shape when the command runs, so --help stays fast.
+    # Defaults (None here) come from dice_lsp.train.scratch.Shape when the command runs, so --help stays fast.
     for name, help_text in SHAPE_OPTIONS:
         init.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=help_text)
     init.add_argument("--seed", type=int, default=0)
@@ -93,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_config(args):
-    from engine.train.run import RunConfig
+    from dice_lsp.train.run import RunConfig
 
     return RunConfig(model=args.model, out=args.out, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
                      warmup_steps=args.warmup_steps, schedule=args.schedule, grad_clip=args.grad_clip,
@@ -106,7 +106,7 @@ def _run_config(args):
 
 def _guarded(action):
     from dice_lsp.cli import CommandError
-    from engine.errors import EngineError
+    from dice_lsp.engine.errors import EngineError
 
     try:
         return action()
@@ -115,7 +115,7 @@ def _guarded(action):
 
 
 def run_init(args: argparse.Namespace) -> int:
-    from engine.train.scratch import Shape, new_model
+    from dice_lsp.train.scratch import Shape, new_model
 
     shape = Shape(**{name: getattr(args, name) for name, _ in SHAPE_OPTIONS if getattr(args, name) is not None})
     summary = _guarded(lambda: new_model(args.data, args.out, shape, args.seed))
@@ -124,7 +124,7 @@ def run_init(args: argparse.Namespace) -> int:
 
 
 def run_sft(args: argparse.Namespace) -> int:
-    from engine.train.sft import SFTConfig, train
+    from dice_lsp.train.sft import SFTConfig, train
 
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     config = SFTConfig(data=args.data, epochs=args.epochs, batch_size=args.batch_size, cutoff=args.cutoff,
@@ -145,7 +145,7 @@ def _report(summary: dict, args: argparse.Namespace) -> None:
 
 
 def run_rl(args: argparse.Namespace) -> int:
-    from engine.train.rl import RLConfig, train
+    from dice_lsp.train.rl import RLConfig, train
 
     config = RLConfig(data=args.data, stage=args.stage, steps=args.steps, tasks_per_step=args.tasks_per_step,
                       group_size=args.group_size, max_new_tokens=args.max_new_tokens,

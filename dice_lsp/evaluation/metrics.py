@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Sequence
 
 from dice_lsp.anatomy.types import Finding
-from harness.report import Report
+from dice_lsp.harness.report import Report
 
 from dice_lsp.evaluation.records import SampleRecord
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.report import Report
+from dice_lsp.harness.report import Report
 
 from dice_lsp.evaluation.errors import EvaluationError
 

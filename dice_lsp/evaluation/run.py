@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from harness.options import Options
-from harness.report import Report
+from dice_lsp.harness.options import Options
+from dice_lsp.harness.report import Report
 
 from dice_lsp.evaluation import chart, metrics, table
 from dice_lsp.evaluation.errors import EvaluationError
@@ -53,7 +53,7 @@ class Evaluation:
 def check(kernels: Sequence[Kernel], references: dict[str, str], options: Options,
           workers: int | None) -> Iterator[tuple[Kernel, Report]]:
     """The harness seam: (kernel, report) from the batch pool as each check ends, so each record is kept at once."""
-    import harness
+    from dice_lsp import harness
 
     try:
         # closing: when eval stops early (an error, Ctrl-C), the checks in progress are cancelled at once
@@ -67,7 +67,7 @@ def check(kernels: Sequence[Kernel], references: dict[str, str], options: Option
 
 def evaluate(plan: Plan, source: Source, settings: dict) -> Evaluation:
     """Run what is missing from `plan.out`, then write the table and chart over every sample of the plan."""
-    import harness
+    from dice_lsp import harness
 
     references: dict[str, str] = {}
     with RecordLog(plan.out) as log:

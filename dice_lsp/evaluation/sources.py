@@ -80,8 +80,8 @@ class Generator:
 
     def find(self) -> Path:
         """The checkpoint's directory, before anything is written: a wrong --model fails at once."""
-        from engine.checkpoint import resolve
-        from engine.errors import EngineError
+        from dice_lsp.engine.checkpoint import resolve
+        from dice_lsp.engine.errors import EngineError
 
         try:
             return resolve(self.model)
@@ -108,8 +108,8 @@ class Generator:
 
     def loaded(self) -> Any:
         if self._loaded is None:
-            from engine.checkpoint import load
-            from engine.errors import EngineError
+            from dice_lsp.engine.checkpoint import load
+            from dice_lsp.engine.errors import EngineError
 
             try:
                 self._loaded = load(self.model, device=self.device, dtype=self.dtype)
@@ -121,7 +121,7 @@ class Generator:
 def generate(reference: str, loaded: Any, decoding: Any, count: int,
              progress: Callable[[str], None] | None = None) -> list[tuple[str | None, str]]:
     """The engine seam: `count` samples for one problem as (code or None, note), one batch of prompts."""
-    import engine
+    from dice_lsp import engine
 
     generate_kernel = getattr(engine, "generate_kernel", None)
     if generate_kernel is None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import attention
+from dice_lsp.engine import attention
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 4  # the diffusion block: a pass over 8 positions covers a finished block and the next one

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-import engine
+from dice_lsp import engine
 from dice_lsp.anatomy import parse
-from engine.checkpoint import BUNDLED, choose, load
-from engine.train.tasks import render
+from dice_lsp.engine.checkpoint import BUNDLED, choose, load
+from dice_lsp.train.tasks import render
 
 pytestmark = pytest.mark.skipif(not (BUNDLED / "model.safetensors").is_file(), reason="no bundled model in this tree")
 

@@ -9,11 +9,11 @@ import shutil
 import pytest
 import torch
 
-from engine.checkpoint import load, save
-from engine.config import ModelConfig
-from engine.decode import generate
-from engine.errors import EngineError
-from engine.tiny import train_tokenizer
+from dice_lsp.engine.checkpoint import load, save
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.decode import generate
+from dice_lsp.engine.errors import EngineError
+from tiny_model import train_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

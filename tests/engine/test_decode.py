@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from dice_lsp.settings import Decoding
-from engine.checkpoint import load
-from engine.decode import generate
-from engine.errors import EngineError
+from dice_lsp.engine.checkpoint import load
+from dice_lsp.engine.decode import generate
+from dice_lsp.engine.errors import EngineError
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_static_commits_one_token_per_pass_and_every_block_after_the_previous(ti
 
 
 def test_a_runner_without_the_fused_pass_writes_each_block_on_its_own(tiny, prompt):
-    from engine.decode import CacheRunner
+    from dice_lsp.engine.decode import CacheRunner
 
     class Separate:
         def __init__(self, runner):

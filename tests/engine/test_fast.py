@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.checkpoint import load
-from engine.config import ModelConfig
-from engine.decode import CacheRunner, generate
-from engine.fast import GraphRunner
-from engine.model import SDARModel
+from dice_lsp.engine.checkpoint import load
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.decode import CacheRunner, generate
+from dice_lsp.engine.fast import GraphRunner
+from dice_lsp.engine.model import SDARModel
 
 CASES = {
     "static greedy": dict(temperature=0),
@@ -69,11 +69,11 @@ def test_bf16_graph_pass_matches_reference_pass():
 
 @pytest.mark.gpu
 def test_compiled_kernels_match_eager_math():
-    from engine import model as model_code
-    from engine.fast import compile_kernels
+    from dice_lsp.engine import model as model_code
+    from dice_lsp.engine.fast import compile_kernels
 
     assert compile_kernels() is not None
-    from engine.model import Kernels
+    from dice_lsp.engine.model import Kernels
 
     x = torch.randn(3, 4, 8, 128, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(128, device="cuda", dtype=torch.bfloat16) + 0.5
@@ -87,8 +87,8 @@ def test_compiled_kernels_match_eager_math():
 
 
 def test_fused_projections_change_nothing_and_keep_training_on_the_parameters(tiny_model_dir, tmp_path):
-    from engine.checkpoint import save
-    from engine.fast import fuse_projections
+    from dice_lsp.engine.checkpoint import save
+    from dice_lsp.engine.fast import fuse_projections
 
     loaded = load(str(tiny_model_dir), device="cpu")
     ids = torch.tensor([loaded.tokenizer.encode("__global__ void add(float* a)")])

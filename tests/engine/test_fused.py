@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 KERNEL_CHECKS = r"""
 import torch
-from engine import fused, model
+from dice_lsp.engine import fused, model
 
 assert fused.usable(torch.zeros(1, 1, 1, 16)), "the interpreter should make the kernel usable on the CPU"
 torch.manual_seed(0)
@@ -44,10 +44,10 @@ print("kernel ok")
 
 PASS_CHECKS = r"""
 import torch
-from engine import fused
-from engine.checkpoint import load
-from engine.decode import CacheRunner
-from engine.fast import GraphRunner
+from dice_lsp.engine import fused
+from dice_lsp.engine.checkpoint import load
+from dice_lsp.engine.decode import CacheRunner
+from dice_lsp.engine.fast import GraphRunner
 
 calls = []
 kernel = fused.rotate_and_store
@@ -90,7 +90,7 @@ def test_graph_runner_passes_with_the_kernel_equal_the_reference_runner(tiny_mod
 
 
 def test_the_pytorch_path_runs_where_the_kernel_cannot():
-    from engine import fused
+    from dice_lsp.engine import fused
 
     with torch.no_grad():
         assert not fused.usable(torch.zeros(1, 1, 1, 16)) or os.environ.get("TRITON_INTERPRET") == "1"
@@ -100,7 +100,7 @@ def test_the_pytorch_path_runs_where_the_kernel_cannot():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_kernel_equals_pytorch_on_the_gpu_at_dice_shape(dtype):
-    from engine import fused, model
+    from dice_lsp.engine import fused, model
 
     torch.manual_seed(0)
     B, L, H, KV, D, capacity = 3, 8, 16, 8, 128, 512

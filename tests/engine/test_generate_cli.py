@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import engine
+from dice_lsp import engine
 from dice_lsp.cli import main
-from engine.generation import Generation
+from dice_lsp.engine.generation import Generation
 from tests.engine.test_prompts import GENERATED, PROBLEM, SKELETON
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import ModelConfig
-from engine.model import KVCache, SDARModel, block_causal_mask
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.model import KVCache, SDARModel, block_causal_mask
 
 SHAPE = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=8, block_size=4)

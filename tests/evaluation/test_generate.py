@@ -53,7 +53,7 @@ def test_generated_kernels_are_kept_and_a_resumed_run_checks_them_without_genera
 
 
 def test_tiny_model_end_to_end(build_cache, problem_set, tiny_model_dir, tmp_path, capsys):
-    import engine
+    from dice_lsp import engine
 
     if not hasattr(engine, "generate_kernel"):
         pytest.skip("engine.generate_kernel is not in this checkout yet")
@@ -80,8 +80,8 @@ def test_user_errors_are_one_line_with_the_fix(problem_set, tmp_path, capsys):
 
 
 def test_the_engine_seam_reads_drafts_and_reports_blocks(monkeypatch):
-    import engine
-    from engine.generation import Draft, Generation, Progress
+    from dice_lsp import engine
+    from dice_lsp.engine.generation import Draft, Generation, Progress
 
     def generate_kernel(reference, loaded, decoding, samples, on_block):
         on_block(Progress(blocks=3, tokens=(96,) * samples, finished=1, seconds=0.5))

@@ -11,7 +11,7 @@ from dice_lsp.anatomy.types import Finding, Span
 from dice_lsp.evaluation import SampleRecord, deceptions, score_levels
 from dice_lsp.evaluation.metrics import statuses
 from dice_lsp.evaluation.table import render
-from harness.report import Report
+from dice_lsp.harness.report import Report
 
 FALLBACK = Finding("torch-fallback", "forward computes with PyTorch", Span(100, 120), "warning")
 TINY = Finding("tiny-output", "passes only because outputs are tiny", Span(200, 240), "error")

@@ -7,8 +7,8 @@ import pytest
 from dice_lsp.anatomy.types import Finding, Span
 from dice_lsp.evaluation import EvaluationError, RecordLog, SampleRecord, read_records
 from dice_lsp.evaluation.run import check_settings, result_settings
-from harness import Options
-from harness.report import Report, Stage, Trial
+from dice_lsp.harness import Options
+from dice_lsp.harness.report import Report, Stage, Trial
 
 
 def make(sample: int, status: str = "correct") -> SampleRecord:

@@ -62,7 +62,7 @@ def test_each_report_reaches_eval_while_later_checks_still_run(build_cache, prob
     from dice_lsp.evaluation.problems import find_problems
     from dice_lsp.evaluation.run import check
     from dice_lsp.evaluation.sources import Kernel
-    from harness import Options
+    from dice_lsp.harness import Options
 
     problem = find_problems(problem_set)[0]  # level1/1_add
     kernels = [Kernel(problem, 0, solution_text("return self.ext.add_values(a, b)"), "test"),

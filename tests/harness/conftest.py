@@ -35,7 +35,7 @@ def cache_dir(cache_root) -> str:
 
 @pytest.fixture(scope="session")
 def options(cache_dir):
-    from harness import Options
+    from dice_lsp.harness import Options
 
     return Options(cache_dir=cache_dir, baseline="eager", timing_trials=20, warmup_trials=2, device="cpu",
                    run_timeout=60.0)

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from harness.cache import BuildLock, clean_stale_locks
+from dice_lsp.harness.cache import BuildLock, clean_stale_locks
 
 
 def dead_pid() -> int:

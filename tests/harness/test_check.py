@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import harness
-from harness.report import Report
+from dice_lsp import harness
+from dice_lsp.harness.report import Report
 
 pytestmark = pytest.mark.slow
 
@@ -171,7 +171,7 @@ def _threads() -> set:
 
 
 def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, options, monkeypatch):
-    from harness import process
+    from dice_lsp.harness import process
 
     process.close_spares()
     monkeypatch.setattr(process, "_spare_count", 0)  # a caller that keeps none (earlier tests may keep some)

@@ -2,8 +2,8 @@
 
 from dice_lsp.anatomy import parse as parse_anatomy
 from dice_lsp.anatomy.positions import LineIndex
-from harness.build import CUDA_CU_HEADER, MAIN_CPP_HEADER, layout
-from harness.diagnostics import parse, place
+from dice_lsp.harness.build import CUDA_CU_HEADER, MAIN_CPP_HEADER, layout
+from dice_lsp.harness.diagnostics import parse, place
 
 
 

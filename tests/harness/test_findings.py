@@ -2,8 +2,8 @@
 
 from dice_lsp.anatomy import parse
 from dice_lsp.anatomy.types import Span
-from harness.findings import from_kernels, from_run, from_trials
-from harness.options import Options
+from dice_lsp.harness.findings import from_kernels, from_run, from_trials
+from dice_lsp.harness.options import Options
 
 
 SPAN = Span(0, 1)

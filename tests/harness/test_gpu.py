@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import harness
+from dice_lsp import harness
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def test_a_kept_reference_hands_its_inputs_over_by_cuda_ipc_and_keeps_them_whole
     """Re-checks of a kept reference: the solution's worker copies the trial inputs out of the reference worker's
     GPU memory before it imports the solution. A solution that writes into its inputs changes only its own copies:
     the next check still gets the reference's, and a wrong solution is still caught."""
-    from harness import process
+    from dice_lsp.harness import process
 
     process.close_spares()
     monkeypatch.setattr(process, "_spare_count", 1)

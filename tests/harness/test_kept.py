@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import harness
-from harness import process
+from dice_lsp import harness
+from dice_lsp.harness import process
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ def test_a_solution_worker_closed_without_waiting_still_ends_and_leaves_no_direc
 def test_inputs_come_from_the_file_when_there_is_no_handout_or_it_cannot_be_opened():
     import torch
 
-    from harness import stages
+    from dice_lsp.harness import stages
 
     assert stages._receive_inputs(None) is None
     assert stages._receive_inputs({"trials": [[{"dtype": "float32", "shape": [3], "device": 0, "handle": "AA==",

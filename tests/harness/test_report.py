@@ -1,7 +1,7 @@
 """The Report survives JSON (it crosses processes and is stored by eval) and summarises itself in one line."""
 
 from dice_lsp.anatomy.types import Finding, Span
-from harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
+from dice_lsp.harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
 
 
 def full_report() -> Report:

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from harness import timing
+from dice_lsp.harness import timing
 
 
 def test_a_slow_forward_gets_exactly_the_minimum_trials():
@@ -86,7 +86,7 @@ def test_the_budget_ends_the_extra_trials():
 
 
 def test_rounds_pool_into_one_median_over_every_sample():
-    from harness import samples
+    from dice_lsp.harness import samples
 
     first = timing.measure(lambda: time.sleep(0.001), torch.device("cpu"), trials=3, warmup=1)
     late = first["median_ms"] * 1.2  # a later round a little slower: drift, pooled (far slower ones are not)
@@ -102,7 +102,7 @@ def _round(values: list[float]) -> dict:
 
 
 def test_a_far_slower_round_is_left_out_while_the_rest_hold_the_minimum_trials():
-    from harness import samples
+    from dice_lsp.harness import samples
 
     steady = [_round([0.0048, 0.0049, 0.0048, 0.0050] * 50) for _ in range(3)]
     slow = _round([0.0180, 0.0170, 0.0190, 0.0049] * 50)
@@ -119,7 +119,7 @@ def test_a_far_slower_round_is_left_out_while_the_rest_hold_the_minimum_trials()
 
 
 def test_two_checks_worth_of_spares_where_the_cores_allow(monkeypatch):
-    from harness import process
+    from dice_lsp.harness import process
 
     for cores, spares in ((2, 2), (16, 4)):
         monkeypatch.setattr(process.os, "cpu_count", lambda: cores)
@@ -147,7 +147,7 @@ def _stops(pid: int, seconds: float = 20.0) -> bool:
 
 
 def test_spares_are_stopped_while_a_timed_region_runs_and_continue_after(monkeypatch):
-    from harness import Options, process
+    from dice_lsp.harness import Options, process
 
     options = Options(device="cpu")
     process.close_spares()

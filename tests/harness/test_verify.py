@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness import verify
+from dice_lsp.harness import verify
 
 
 def test_the_worst_element_is_named_by_its_index():
@@ -56,7 +56,7 @@ def test_the_comparison_on_a_gpu_equals_the_one_on_the_cpu():
 
 SHARE = """
 import json, sys, torch
-from harness import verify
+from dice_lsp.harness import verify
 outputs = [torch.randn(33, 17, device="cuda"), torch.arange(10, device="cuda", dtype=torch.int64)[2:].clone(),
            torch.empty(0, 4, device="cuda", dtype=torch.float16), torch.tensor(3.5, device="cuda")]
 torch.cuda.synchronize()
@@ -89,8 +89,8 @@ def test_outputs_shared_by_cuda_ipc_arrive_whole_in_another_process(tmp_path):
 
 def test_unreadable_shared_outputs_make_the_reference_ask_for_a_file(tmp_path):
     """What the pipeline falls back on: compare answers `unshared` instead of failing, and reads outputs.pt after."""
-    from harness import stages
-    from harness.worker import Side
+    from dice_lsp.harness import stages
+    from dice_lsp.harness.worker import Side
 
     side = Side()
     side.options, side.device = {"atol": 1e-2, "rtol": 1e-2, "seed": 42}, torch.device("cpu")

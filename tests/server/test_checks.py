@@ -106,7 +106,7 @@ def test_opening_a_cuda_solution_prepares_spares_and_the_header_once(monkeypatch
 
     from dice_lsp.checking import CheckRunner
     from dice_lsp.settings import Settings
-    from harness import batch, process
+    from dice_lsp.harness import batch, process
 
     if not os.path.exists("/usr/local/cuda/bin/nvcc") and not os.environ.get("CUDA_HOME"):
         pytest.skip("no nvcc")

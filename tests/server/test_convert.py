@@ -8,7 +8,7 @@ from lsprotocol import types
 
 from dice_lsp import convert
 from dice_lsp.anatomy import Finding, LineIndex, Span, parse
-from harness.report import KernelShare, Report, Timing, Trial
+from dice_lsp.harness.report import KernelShare, Report, Timing, Trial
 
 HARNESS_FILES = Path(__file__).parent.parent / "harness" / "files"
 

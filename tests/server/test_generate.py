@@ -9,8 +9,8 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from engine.checkpoint import BUNDLED
-from engine.train.tasks import render
+from dice_lsp.engine.checkpoint import BUNDLED
+from dice_lsp.train.tasks import render
 
 PROBLEM = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
            "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(256)]\n\n\n"

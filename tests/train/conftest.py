@@ -108,8 +108,8 @@ def toy_jsonl(tmp_path_factory):
 def toy_cutoff(tiny_model_dir):
     """cutoff(kind, answer_tokens): the --cutoff that keeps every toy prompt of `kind` whole and cuts answers to
     about `answer_tokens`, so runs stay short however long engine.prompts' prompts are."""
-    from engine.tokenizer import Tokenizer
-    from engine.train.data import Pair, prompt_ids
+    from dice_lsp.engine.tokenizer import Tokenizer
+    from dice_lsp.train.data import Pair, prompt_ids
 
     tokenizer = Tokenizer.from_dir(tiny_model_dir)
     longest = {kind: max(len(prompt_ids(tokenizer, Pair(p["reference"], p["solution"]), kind)) for p in toy_pairs())

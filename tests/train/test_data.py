@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import engine
-from engine import prompts
-from engine.generation import Generation
-from engine.train.data import read_pairs, sft_samples
-from engine.train.errors import TrainError
+from dice_lsp import engine
+from dice_lsp.engine import prompts
+from dice_lsp.engine.generation import Generation
+from dice_lsp.train.data import read_pairs, sft_samples
+from dice_lsp.train.errors import TrainError
 
 
 def served_prompt_ids(loaded, reference, monkeypatch, skeleton=None) -> list[int]:

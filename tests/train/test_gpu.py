@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import ModelConfig
-from engine.model import SDARModel
-from engine.train.objective import Objective
-from engine.train.pack import group, join, stack
-from engine.train.sft import sample_generator, sft_piece
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.model import SDARModel
+from dice_lsp.train.objective import Objective
+from dice_lsp.train.pack import group, join, stack
+from dice_lsp.train.sft import sample_generator, sft_piece
 
 pytestmark = pytest.mark.gpu
 

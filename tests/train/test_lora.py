@@ -8,11 +8,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from engine.checkpoint import load
-from engine.decode import generate
-from engine.train import checkpoints
-from engine.train.run import RunConfig
-from engine.train.sft import SFTConfig, train
+from dice_lsp.engine.checkpoint import load
+from dice_lsp.engine.decode import generate
+from dice_lsp.train import checkpoints
+from dice_lsp.train.run import RunConfig
+from dice_lsp.train.sft import SFTConfig, train
 
 RANK, ALPHA = 4, 8.0
 

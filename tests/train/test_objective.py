@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.config import ModelConfig
-from engine.model import SDARModel
-from engine.train.mask import dense_mask
-from engine.train.objective import Objective
-from engine.train.pack import IGNORE, group, join
-from engine.train.sft import sample_generator, sft_loss, sft_piece
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.model import SDARModel
+from dice_lsp.train.mask import dense_mask
+from dice_lsp.train.objective import Objective
+from dice_lsp.train.pack import IGNORE, group, join
+from dice_lsp.train.sft import sample_generator, sft_loss, sft_piece
 
 MASK, EOS = 60, 61
 

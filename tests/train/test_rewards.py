@@ -8,9 +8,9 @@ import math
 import pytest
 
 from dice_lsp.anatomy.types import Finding, Span
-from engine.train.curate import verdict
-from engine.train.rewards import SPEED_CAP, group_advantages, outcome
-from harness.report import Report
+from dice_lsp.train.curate import verdict
+from dice_lsp.train.rewards import SPEED_CAP, group_advantages, outcome
+from dice_lsp.harness.report import Report
 
 DECEPTION = Finding("timer-mismatch", "the timed forward does less work than the checked one", Span(0, 0), "error")
 NOTE = Finding("precision", "the result is only close at a loose tolerance", Span(0, 0), "warning")

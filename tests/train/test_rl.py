@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from engine.train import rl
-from engine.train.pack import IGNORE
-from engine.train.rewards import group_advantages
-from engine.train.trace import replay_piece
+from dice_lsp.train import rl
+from dice_lsp.train.pack import IGNORE
+from dice_lsp.train.rewards import group_advantages
+from dice_lsp.train.trace import replay_piece
 
 def test_replay_trains_each_commit_step_once():
     prompt, answer = [1, 2, 3, 4, 5, 6], [10, 11, 12, 13, 14, 15, 16]
@@ -47,7 +47,7 @@ def test_one_rl_step_through_the_cpu_harness(tiny_model_dir, cpp_pair, tmp_path,
         return generations
 
     monkeypatch.setattr(rl, "rollouts", rollouts_with_one_good_answer)
-    from engine.train.run import RunConfig
+    from dice_lsp.train.run import RunConfig
 
     summary = rl.train(
         RunConfig(model=str(tiny_model_dir), out=str(tmp_path / "rl"), lr=1e-3, progress=False, save_every=10),
@@ -59,7 +59,7 @@ def test_one_rl_step_through_the_cpu_harness(tiny_model_dir, cpp_pair, tmp_path,
     assert last["statuses"].get("correct") == 1, last["statuses"]
     assert abs(last["reward"] - 1 / 3) < 1e-6
     assert all(len(t) > 0 and min(t) >= 0 for t in seen["traces"])
-    from engine.checkpoint import load
+    from dice_lsp.engine.checkpoint import load
 
     after = load(summary["final"], device="cpu").model.state_dict()
     assert any(not torch.equal(seen["before"][k], after[k]) for k in after)

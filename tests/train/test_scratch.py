@@ -8,13 +8,13 @@ import json
 import pytest
 
 from dice_lsp.cli import main
-from engine import prompts
-from engine.checkpoint import load
-from engine.decode import generate
-from engine.train.data import read_pairs
-from engine.train.run import RunConfig
-from engine.train.sft import SFTConfig, train
-from engine.train.tasks import generate as generate_tasks
+from dice_lsp.engine import prompts
+from dice_lsp.engine.checkpoint import load
+from dice_lsp.engine.decode import generate
+from dice_lsp.train.data import read_pairs
+from dice_lsp.train.run import RunConfig
+from dice_lsp.train.sft import SFTConfig, train
+from dice_lsp.train.tasks import generate as generate_tasks
 
 SMALL = ["--hidden-size", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "16",
          "--intermediate-size", "64", "--vocab-size", "700"]
@@ -65,7 +65,7 @@ def test_the_shape_options_help_states_the_real_defaults():
     from dataclasses import fields
 
     from dice_lsp.commands.train import SHAPE_OPTIONS
-    from engine.train.scratch import Shape
+    from dice_lsp.train.scratch import Shape
 
     defaults = {f.name: f.default for f in fields(Shape)}
     for name, help_text in SHAPE_OPTIONS:

@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from engine.checkpoint import load
-from engine.decode import generate
-from engine.train.run import RunConfig
-from engine.train.sft import SFTConfig, train
+from dice_lsp.engine.checkpoint import load
+from dice_lsp.engine.decode import generate
+from dice_lsp.train.run import RunConfig
+from dice_lsp.train.sft import SFTConfig, train
 
 
 def test_loss_falls_and_the_result_loads_and_generates(tiny_model_dir, toy_jsonl, toy_cutoff, tmp_path):

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from dice_lsp.anatomy import parse
-from engine.train.data import read_pairs
-from engine.train.errors import TrainError
-from engine.train.tasks import FAMILIES, generate, render, split_of, templates
+from dice_lsp.train.data import read_pairs
+from dice_lsp.train.errors import TrainError
+from dice_lsp.train.tasks import FAMILIES, generate, render, split_of, templates
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = [(family, name) for family in FAMILIES for name in templates(family)]
@@ -115,7 +115,7 @@ def test_generate_refuses_unknown_families():
 def test_template_weights_shift_the_draw_and_reject_what_is_not_a_template():
     from collections import Counter
 
-    from engine.train.tasks import speed_weights
+    from dice_lsp.train.tasks import speed_weights
 
     weights = speed_weights({"softmax/block_row": 0.18, "softmax/warp_row": 1.26, "softmax/column": 9.0,
                              "softmax/two_kernel": None})
@@ -169,7 +169,7 @@ REPRESENTATIVES = [("unary", "float4"), ("activation", "grid_stride"), ("binary"
 
 @pytest.mark.slow
 def test_one_task_per_family_compiles_with_nvcc():
-    from harness import Options, check_many
+    from dice_lsp.harness import Options, check_many
 
     tasks = [render(family, name, 0) for family, name in REPRESENTATIVES]
     reports = check_many([(t.reference, t.solution) for t in tasks], Options(device="cpu"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from engine.train.tasks.catalog import Draft, sizes, template
-from engine.train.tasks.elementwise import _shape_names
-from engine.train.tasks.style import reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.catalog import Draft, sizes, template
+from dice_lsp.train.tasks.elementwise import _shape_names
+from dice_lsp.train.tasks.style import reference_file, sample_style, solution_file
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.train.data import Sample, read_pairs, sft_samples
-from engine.train.errors import TrainError
-from engine.train.pack import IGNORE, Piece, group, join
-from engine.train.run import Run, RunConfig
+from dice_lsp.train.data import Sample, read_pairs, sft_samples
+from dice_lsp.train.errors import TrainError
+from dice_lsp.train.pack import IGNORE, Piece, group, join
+from dice_lsp.train.run import Run, RunConfig
 
 MIN_NOISE = 1e-3
 
@@ -143,7 +143,7 @@ def sft_step(run: Run, samples: list[Sample], chosen: list[int], epoch: int, bud
                         cfg.eos_token_id, sample_generator(run.config.seed, epoch, i), i) for i in mine]
     answer_tokens = sum(p.answer_tokens for p in pieces)
     # The normaliser is the step's answer tokens over all ranks; DDP averages gradients, so scale by world size.
-    from engine.train.distributed import all_sum
+    from dice_lsp.train.distributed import all_sum
 
     total_answer = all_sum(answer_tokens, run.world, run.device)
     rows = [join(g, budget if pad_rows else None, cfg.eos_token_id) for g in group(pieces, budget)] or [run.idle_row()]
@@ -164,9 +164,9 @@ def sft_step(run: Run, samples: list[Sample], chosen: list[int], epoch: int, bud
 
 
 def _tokenizer_and_config(model_ref: str):
-    from engine.checkpoint import resolve
-    from engine.config import ModelConfig
-    from engine.tokenizer import Tokenizer, _read_json
+    from dice_lsp.engine.checkpoint import resolve
+    from dice_lsp.engine.config import ModelConfig
+    from dice_lsp.engine.tokenizer import Tokenizer, _read_json
 
     path = resolve(model_ref)
     return Tokenizer.from_dir(path), ModelConfig.from_hf(_read_json(path / "config.json") or {})

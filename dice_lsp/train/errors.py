@@ -5,7 +5,7 @@ Messages say what is wrong (a bad JSONL line, a checkpoint that cannot resume) a
 
 from __future__ import annotations
 
-from engine.errors import EngineError
+from dice_lsp.engine.errors import EngineError
 
 
 class TrainError(EngineError):

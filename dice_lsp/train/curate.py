@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.train.data import read_pairs
+from dice_lsp.train.data import read_pairs
 
 
 @dataclass
@@ -40,7 +40,7 @@ def curate(source, target, min_speedup: float = 2.0, options=None, workers: int 
     `progress` shows a bar on stderr that moves as each check ends."""
     from tqdm import tqdm
 
-    from harness import Options, check_each
+    from dice_lsp.harness import Options, check_each
 
     pairs = read_pairs(source)
     options = options or Options(baseline="eager" if min_speedup > 0 else "none")

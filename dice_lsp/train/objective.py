@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from engine.model import SDARModel
-from engine.train.mask import dense_mask, flex_block_mask
-from engine.train.pack import IGNORE, Row
+from dice_lsp.engine.model import SDARModel
+from dice_lsp.train.mask import dense_mask, flex_block_mask
+from dice_lsp.train.pack import IGNORE, Row
 
 
 class Objective(nn.Module):

@@ -10,9 +10,9 @@ import hashlib
 import random
 from dataclasses import asdict, dataclass
 
-from engine.train.errors import TrainError
-from engine.train.tasks import elementwise, fusion, matmul, norm, reduce  # noqa: F401  (they register templates)
-from engine.train.tasks.catalog import TEMPLATES
+from dice_lsp.train.errors import TrainError
+from dice_lsp.train.tasks import elementwise, fusion, matmul, norm, reduce  # noqa: F401  (they register templates)
+from dice_lsp.train.tasks.catalog import TEMPLATES
 
 FAMILIES = ("unary", "binary", "activation", "reduction", "softmax", "norm", "matmul", "fusion")
 HELDOUT_PERCENT = 20

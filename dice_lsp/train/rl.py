@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from engine.train import distributed
-from engine.prompts import extract_code
-from engine.train.data import easy_to_hard, prompt_ids, read_pairs
-from engine.train.errors import TrainError
-from engine.train.pack import IGNORE, group, join
-from engine.train.rewards import group_advantages, judge, outcome
-from engine.train.run import Run, RunConfig
-from engine.train.trace import ppo_loss, replay_piece
+from dice_lsp.train import distributed
+from dice_lsp.engine.prompts import extract_code
+from dice_lsp.train.data import easy_to_hard, prompt_ids, read_pairs
+from dice_lsp.train.errors import TrainError
+from dice_lsp.train.pack import IGNORE, group, join
+from dice_lsp.train.rewards import group_advantages, judge, outcome
+from dice_lsp.train.run import Run, RunConfig
+from dice_lsp.train.trace import ppo_loss, replay_piece
 
 
 @dataclass
@@ -49,7 +49,7 @@ def train(run_config: RunConfig, config: RLConfig) -> dict:
         usable = [i for i, p in enumerate(prompts) if p is not None]
         if not usable:
             raise TrainError(f"{config.data}: no task has a prefix/core/suffix split for infilling; use --stage e2e")
-        from harness import Options
+        from dice_lsp.harness import Options
 
         options = Options(**{"baseline": "eager" if config.speed_weight else "none", "correctness_trials": 1,
                              **config.harness})
@@ -75,7 +75,7 @@ def train(run_config: RunConfig, config: RLConfig) -> dict:
 
 def rollouts(run: Run, config: RLConfig, prompts: list[list[int]], seed: int):
     """G generations per prompt (dynamic decoding, commit traces kept), decoded `rollout_batch` at a time."""
-    from engine.decode import DecodeSettings, generate
+    from dice_lsp.engine.decode import DecodeSettings, generate
 
     settings = DecodeSettings(block_size=run.model_config.block_size, steps=config.steps_per_block,
                               strategy="dynamic", threshold=config.threshold, temperature=config.temperature,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import random
 import re
 
-from engine.train.tasks.catalog import Draft, template
-from engine.train.tasks.elementwise import activations
-from engine.train.tasks.style import reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.elementwise import activations
+from dice_lsp.train.tasks.style import reference_file, sample_style, solution_file
 
 _NAIVE = """${includes}
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import torch
 
-from engine import prompts
-from engine.checkpoint import save
-from engine.config import ModelConfig
-from engine.model import SDARModel
-from engine.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, train
-from engine.train.data import Pair, answer_ids, answer_text, end_of_turn, prompt_messages, read_pairs
-from engine.train.errors import TrainError
+from dice_lsp.engine import prompts
+from dice_lsp.engine.checkpoint import save
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.model import SDARModel
+from dice_lsp.engine.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, train
+from dice_lsp.train.data import Pair, answer_ids, answer_text, end_of_turn, prompt_messages, read_pairs
+from dice_lsp.train.errors import TrainError
 
 
 @dataclass(frozen=True)

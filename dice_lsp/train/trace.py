@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.train.pack import IGNORE, Piece
+from dice_lsp.train.pack import IGNORE, Piece
 
 NEVER = 1 << 40  # the trace of a pad: committed "after" every step, so always masked and never trained
 

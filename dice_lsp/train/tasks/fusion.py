@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 import re
 
-from engine.train.tasks.catalog import Draft, size_class, sizes, template
-from engine.train.tasks.elementwise import _shape_names, activations
-from engine.train.tasks.style import reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.catalog import Draft, size_class, sizes, template
+from dice_lsp.train.tasks.elementwise import _shape_names, activations
+from dice_lsp.train.tasks.style import reference_file, sample_style, solution_file
 
 _ADD_ACT = """${includes}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.checkpoint import DTYPES, save
-from engine.train.errors import TrainError
+from dice_lsp.engine.checkpoint import DTYPES, save
+from dice_lsp.train.errors import TrainError
 
 TRAINER = "trainer"  # the sub-directory with optimizer, scheduler, RNG and data position
 

@@ -5,6 +5,6 @@ Entry points: `sft.train`, `rl.train` and `curate.curate`; `TrainError` is the p
 
 from __future__ import annotations
 
-from engine.train.errors import TrainError
+from dice_lsp.train.errors import TrainError
 
 __all__ = ["TrainError"]

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoint import load
-from engine.train import checkpoints, distributed
-from engine.train.errors import TrainError
-from engine.train.metrics import MetricsLog
-from engine.train.objective import Objective
-from engine.train.pack import IGNORE, Piece, Row, join
+from dice_lsp.engine.checkpoint import load
+from dice_lsp.train import checkpoints, distributed
+from dice_lsp.train.errors import TrainError
+from dice_lsp.train.metrics import MetricsLog
+from dice_lsp.train.objective import Objective
+from dice_lsp.train.pack import IGNORE, Piece, Row, join
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -44,8 +44,8 @@ def group_advantages(rewards: list[float]) -> list[float] | None:
 
 def judge(references: list[str], solutions: list[str | None], options) -> list:
     """Harness Reports for each (reference, solution) in batch mode; a missing solution is a failed report."""
-    from harness import check_many
-    from harness.report import Report
+    from dice_lsp.harness import check_many
+    from dice_lsp.harness.report import Report
 
     todo = [(i, r, s) for i, (r, s) in enumerate(zip(references, solutions)) if s]
     reports = check_many([(r, s) for _, r, s in todo], options) if todo else []

@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import prompts
-from engine.errors import EngineError
-from engine.train.errors import TrainError
+from dice_lsp.engine import prompts
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.train.errors import TrainError
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from engine.train.tasks.catalog import Draft, size_class, sizes, template
-from engine.train.tasks.style import Style, reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.catalog import Draft, size_class, sizes, template
+from dice_lsp.train.tasks.style import Style, reference_file, sample_style, solution_file
 
 
 @dataclass(frozen=True)
