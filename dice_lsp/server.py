@@ -20,7 +20,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from dice_lsp import __version__, actions, convert
-from dice_lsp.anatomy import Anatomy, LineIndex, Span, parse
+from dice_lsp.anatomy import Anatomy, LineIndex, Span, find_reference, infill_split, parse
 from dice_lsp.checking import CheckRunner
 from dice_lsp.generation import EngineWorker, GenerationCancelled, GenerationError, GenerationJob
 from dice_lsp.settings import Settings
@@ -96,9 +96,10 @@ class DiceServer(LanguageServer):
         anatomy = parse(text)
         missing = None
         if anatomy.model_new is not None and anatomy.model is None:
-            reference, _, missing = actions.reference_for(anatomy, self.path(uri))
-            if reference is not None:
-                anatomy = parse(text, reference)
+            pairing = find_reference(anatomy, self.path(uri))
+            missing = pairing.problem
+            if pairing.text is not None:
+                anatomy = parse(text, pairing.text)
         doc.anatomy = anatomy
         doc.reference_problem = missing
         return anatomy
@@ -139,7 +140,8 @@ class DiceServer(LanguageServer):
             self.show_once("untrusted", "this workspace is not trusted, so kernels are not built or run. Trust the "
                                         "workspace to check kernels on save.", types.MessageType.Warning)
             return "the workspace is not trusted"
-        reference, _, missing = actions.reference_for(anatomy, self.path(uri))
+        pairing = find_reference(anatomy, self.path(uri))
+        reference, missing = pairing.text, pairing.problem
         if reference is None:
             self.show_once("no-reference", missing, types.MessageType.Warning)
             return missing
@@ -180,9 +182,10 @@ class DiceServer(LanguageServer):
         settings = self.state.settings
         skeleton = None
         if infill:
-            if anatomy.model_new is None or actions.empty_core(anatomy) is None:
+            if anatomy.model_new is None or infill_split(anatomy) is None:
                 return {"ok": False, "message": "no ModelNew skeleton with an empty or TODO CUDA source to infill"}
-            reference, _, missing = actions.reference_for(anatomy, path)
+            pairing = find_reference(anatomy, path)
+            reference, missing = pairing.text, pairing.problem
             skeleton = anatomy.text
         else:
             if anatomy.model is None:
@@ -260,7 +263,7 @@ class DiceServer(LanguageServer):
         identifier = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=doc_version)
         if infill:
             # The engine kept the skeleton's prefix and suffix byte for byte: the edit replaces the core only.
-            split = actions.empty_core(anatomy)
+            split = infill_split(anatomy)
             prefix, suffix = split.prefix.slice(anatomy.text), split.suffix.slice(anatomy.text)
             if not (text.startswith(prefix) and text.endswith(suffix)):
                 raise ValueError("the infilled file does not keep the skeleton's prefix and suffix")

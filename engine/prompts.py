@@ -185,10 +185,14 @@ def skeleton_parts(skeleton: str) -> tuple[str, str, str]:
 
 
 def _split(anatomy, what: str):
-    if not anatomy.splits:
+    """The skeleton's core, by the rule the editor's *Infill* offer uses (`anatomy.core_split`)."""
+    from dice_lsp.anatomy import core_split
+
+    split = core_split(anatomy)
+    if split is None:
         notes = "; ".join(anatomy.notes)
         raise EngineError(
             f"the {what} has no CUDA source string assigned to a variable and passed to load_inline(cuda_sources=...), "
             f"so there is no core to fill in" + (f" ({notes})" if notes else "")
         )
-    return anatomy.splits[0]
+    return split

@@ -20,12 +20,14 @@ from dice_lsp.anatomy.types import (
     Span,
     Split,
 )
+from dice_lsp.anatomy.pairing import Pairing, core_split, find_reference, infill_split, read_reference
 
 MAX_BYTES = 5 * 1024 * 1024
 
 __all__ = [
     "Anatomy", "Call", "ClassInfo", "CudaFunction", "Encoding", "Extension", "Finding", "LineIndex", "Piece",
-    "SourceString", "Span", "Split", "parse",
+    "Pairing", "SourceString", "Span", "Split", "core_split", "find_reference", "infill_split", "parse",
+    "read_reference",
 ]
 
 

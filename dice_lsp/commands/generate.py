@@ -99,19 +99,16 @@ def _read(path: Path) -> str:
 def _reference_for(args: argparse.Namespace, skeleton: str) -> str:
     """The problem that an infill skeleton solves: --reference, the file's `# dice: reference = path`, or the
     skeleton itself when it also defines class Model."""
-    from dice_lsp.anatomy import parse
+    from dice_lsp.anatomy import find_reference, parse
     from dice_lsp.cli import CommandError
 
     if args.reference is not None:
         return _read(args.reference)
     anatomy = parse(skeleton)
+    pairing = find_reference(anatomy, args.file)
+    if pairing.text is not None:
+        return pairing.text
     if anatomy.reference_link:
-        link = Path(anatomy.reference_link).expanduser()
-        link = link if link.is_absolute() else args.file.parent / link
-        if link.is_file():
-            return _read(link)
-        raise CommandError(f"{args.file} links its reference as {anatomy.reference_link}, which does not exist")
-    if anatomy.model is not None:
-        return skeleton
+        raise CommandError(f"{args.file} links its reference as {anatomy.reference_link}: {pairing.problem}")
     raise CommandError(f"--infill needs the problem: pass --reference PROBLEM.py or add "
                        f"`# dice: reference = PROBLEM.py` to {args.file}")

@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dice_lsp.anatomy import Anatomy, LineIndex, Span, parse
+from dice_lsp.anatomy import Anatomy, LineIndex, Span, find_reference, parse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,13 +31,10 @@ def read_source(path: Path) -> str:
 
 
 def resolve_reference(path: Path, anatomy: Anatomy) -> Path | None:
-    """The problem file a solution links to, relative to the solution's folder."""
+    """The problem file a solution links to (the rule is `anatomy.find_reference`'s); None without a link."""
     if anatomy.reference_link is None:
         return None
-    candidate = Path(anatomy.reference_link).expanduser()
-    if not candidate.is_absolute():
-        candidate = path.parent / candidate
-    return candidate if candidate.is_file() else None
+    return find_reference(anatomy, path).path
 
 
 def run(args: argparse.Namespace) -> int:
