@@ -9,17 +9,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from dice_lsp.engine.decode import DecodeSettings
+
+
+_ENGINE = DecodeSettings()
+
 
 @dataclass(frozen=True)
 class Decoding:
+    """`dice.decoding.*`: the engine's DecodeSettings defaults (their one owner), block size left to the checkpoint."""
+
     block_size: int | None = None  # None: the checkpoint's config.json block_size
-    steps: int = 4  # denoising passes per block
-    strategy: str = "static"  # "static" | "dynamic"
-    threshold: float = 0.9  # dynamic: commit tokens whose confidence exceeds this
-    temperature: float = 1.0
-    top_k: int = 1
-    top_p: float = 1.0
-    max_new_tokens: int = 4096
+    steps: int = _ENGINE.steps
+    strategy: str = _ENGINE.strategy
+    threshold: float = _ENGINE.threshold
+    temperature: float = _ENGINE.temperature
+    top_k: int = _ENGINE.top_k
+    top_p: float = _ENGINE.top_p
+    max_new_tokens: int = _ENGINE.max_new_tokens
 
 
 @dataclass(frozen=True)

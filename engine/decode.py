@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 import torch
@@ -24,14 +24,19 @@ FUSED_PASS_ROWS = 64  # the most rows (batch x two blocks) a pass writing one bl
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    block_size: int = 4
-    steps: int = 4  # denoising passes per block at most
-    strategy: str = "static"  # "static": a fixed number per pass; "dynamic": also all above `threshold`
-    threshold: float = 0.9
-    temperature: float = 1.0  # 0 means greedy
-    top_k: int = 1  # 0 means no top-k filter
-    top_p: float = 1.0
-    max_new_tokens: int = 4096
+    """How to decode, and the one owner of the decoding defaults (DICE's evaluation setting): the editor's
+    `dice.decoding.*` settings, package.json, and the CLI's flags and help all read them from here."""
+
+    block_size: int = field(default=4, metadata={"help": "tokens per block (unset: the checkpoint's)"})
+    steps: int = field(default=4, metadata={"help": "denoising passes per block at most"})
+    strategy: str = field(default="static", metadata={
+        "help": "static: a fixed number of tokens per pass; dynamic: also every token above the threshold",
+        "choices": ("static", "dynamic")})
+    threshold: float = field(default=0.9, metadata={"help": "dynamic: commit every token whose confidence exceeds this"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (0: greedy)"})
+    top_k: int = field(default=1, metadata={"help": "sample among the k most likely tokens (0: no top-k filter)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: the smallest set above this probability"})
+    max_new_tokens: int = field(default=4096, metadata={"help": "the most tokens to write"})
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
 
