@@ -5,77 +5,47 @@ Public API (what the server, the CLI, eval and training call):
     save(model, tokenizer, out_dir)                                  checkpoint.py: the same HF layout, atomically
     generate(model, prompt_ids, settings, on_block, cancel)          decode.py: token-level decoding of a batch
     generate_kernel(reference, loaded, settings, samples, infill_skeleton, on_block, cancel) -> list[Draft]
-        builds the prompt (KernelBench one-shot, or DICE infilling when a skeleton is given), decodes `samples`
-        samples in one batch (CUDA graphs on a GPU), extracts the first code block and, for infill, splices its
-        core into the skeleton with the skeleton's prefix and suffix kept byte for byte.
+        drafts.py: builds the prompt (KernelBench one-shot, or DICE infilling when a skeleton is given), decodes
+        `samples` samples in one batch (CUDA graphs on a GPU), extracts the first code block and, for infill,
+        splices its core into the skeleton with the skeleton's prefix and suffix kept byte for byte.
+    DecodeSettings                                                   settings.py: the decoding defaults (no torch)
+
+The names are exported lazily (PEP 562): importing a torch-free module such as dice_lsp.engine.settings or
+dice_lsp.engine.errors does not load torch; the first use of `load`, `generate`, ... imports the module that owns it.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import importlib
+from typing import TYPE_CHECKING
 
-from dice_lsp.engine.checkpoint import Loaded, load, save
-from dice_lsp.engine.config import ModelConfig
-from dice_lsp.engine.decode import DecodeSettings, generate
-from dice_lsp.engine.errors import EngineError
-from dice_lsp.engine.generation import Draft, Generation, Progress
-from dice_lsp.engine.model import SDARModel
+if TYPE_CHECKING:  # what the lazy exports are, for type checkers and editors
+    from dice_lsp.engine.checkpoint import Loaded, load, save
+    from dice_lsp.engine.config import ModelConfig
+    from dice_lsp.engine.decode import generate
+    from dice_lsp.engine.drafts import generate_kernel
+    from dice_lsp.engine.errors import EngineError
+    from dice_lsp.engine.generation import Draft, Generation, Progress
+    from dice_lsp.engine.model import SDARModel
+    from dice_lsp.engine.settings import DecodeSettings
 
-__all__ = [
-    "DecodeSettings", "Draft", "EngineError", "Generation", "Loaded", "ModelConfig", "Progress", "SDARModel",
-    "generate", "generate_kernel", "load", "save",
-]
+_OWNERS = {  # exported name -> the module that defines it
+    "DecodeSettings": "settings", "Draft": "generation", "EngineError": "errors", "Generation": "generation",
+    "Loaded": "checkpoint", "ModelConfig": "config", "Progress": "generation", "SDARModel": "model",
+    "generate": "decode", "generate_kernel": "drafts", "load": "checkpoint", "save": "checkpoint",
+}
 
-
-def generate_kernel(
-    reference_text: str,
-    loaded: Loaded,
-    settings=None,
-    samples: int = 1,
-    infill_skeleton: str | None = None,
-    on_block: Callable[[Progress], None] | None = None,
-    cancel: Callable[[], bool] | None = None,
-    **overrides,
-) -> list[Draft]:
-    """`samples` candidate solutions for the reference file, each a Draft (the Generation and the code or why not).
-
-    settings: dice_lsp.settings.Decoding, DecodeSettings or None; keyword overrides win (seed=, max_new_tokens=).
-    """
-    from dice_lsp.engine import prompts
-
-    if samples < 1:
-        raise EngineError(f"samples must be >= 1, got {samples}")
-    if infill_skeleton is not None:
-        prefix, _, suffix = prompts.skeleton_parts(infill_skeleton)
-        messages = prompts.infill_prompt(reference_text, prefix, suffix)
-    else:
-        messages = prompts.end_to_end_prompt(reference_text)
-    prompt_ids = loaded.tokenizer.encode(prompts.render(messages, loaded.chat_template))
-    generations = generate(loaded.model, [prompt_ids] * samples, settings, on_block, cancel,
-                           tokenizer=loaded.tokenizer, runner=_runner(loaded), **overrides)
-    return [_draft(g, infill_skeleton) for g in generations]
+__all__ = sorted(_OWNERS)
 
 
-def _runner(loaded: Loaded):
-    """One GraphRunner per loaded SDAR model on a GPU (graphs and cache are reused); else the plain runner."""
-    if loaded.device.type != "cuda" or loaded.config.causal:  # the graph runner decodes blocks, not causal LMs
-        return None
-    if loaded.runner is None:
-        from dice_lsp.engine.fast import GraphRunner
-
-        loaded.runner = GraphRunner(loaded.model)
-    return loaded.runner
+def __getattr__(name: str):
+    owner = _OWNERS.get(name)
+    if owner is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{owner}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
-def _draft(generation: Generation, skeleton: str | None) -> Draft:
-    from dice_lsp.engine import prompts
-
-    code = prompts.extract_code(generation.text)
-    if code is None:
-        return Draft(generation, None, f"no code block in the output ({generation.stop_reason})")
-    if skeleton is None:
-        return Draft(generation, code)
-    try:
-        return Draft(generation, prompts.splice(skeleton, code), "core spliced into the skeleton")
-    except EngineError as error:
-        return Draft(generation, None, str(error))
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_OWNERS))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Callable
 
 import torch
@@ -17,28 +17,10 @@ from dice_lsp.engine.config import ModelConfig
 from dice_lsp.engine.errors import EngineError
 from dice_lsp.engine.generation import Generation, Progress
 from dice_lsp.engine.model import KVCache, SDARModel, block_causal_mask
+from dice_lsp.engine.settings import DecodeSettings
 
 
 FUSED_PASS_ROWS = 64  # the most rows (batch x two blocks) a pass writing one block and denoising the next may have
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """How to decode, and the one owner of the decoding defaults (DICE's evaluation setting): the editor's
-    `dice.decoding.*` settings, package.json, and the CLI's flags and help all read them from here."""
-
-    block_size: int = field(default=4, metadata={"help": "tokens per block (unset: the checkpoint's)"})
-    steps: int = field(default=4, metadata={"help": "denoising passes per block at most"})
-    strategy: str = field(default="static", metadata={
-        "help": "static: a fixed number of tokens per pass; dynamic: also every token above the threshold",
-        "choices": ("static", "dynamic")})
-    threshold: float = field(default=0.9, metadata={"help": "dynamic: commit every token whose confidence exceeds this"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (0: greedy)"})
-    top_k: int = field(default=1, metadata={"help": "sample among the k most likely tokens (0: no top-k filter)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: the smallest set above this probability"})
-    max_new_tokens: int = field(default=4096, metadata={"help": "the most tokens to write"})
-    stop_token_ids: tuple[int, ...] = ()
-    seed: int | None = None
 
 
 def resolve(settings, config: ModelConfig, **overrides) -> DecodeSettings:
@@ -178,7 +160,7 @@ def generate(
     runner=None,
     **overrides,
 ) -> list[Generation]:
-    """Decode a batch of prompts by block diffusion (REFERENCE.md section 2); one Generation per prompt.
+    """Decode a batch of prompts by block diffusion (docs/ALGORITHMS.md section 2); one Generation per prompt.
     A causal LM (model.config.causal) is decoded autoregressively by `generate_causal` instead.
 
     settings: DecodeSettings, dice_lsp.settings.Decoding or None; keyword overrides win (e.g. seed=0).

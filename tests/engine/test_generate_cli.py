@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dice_lsp import engine
+from dice_lsp.engine import drafts
 from dice_lsp.cli import main
 from dice_lsp.engine.generation import Generation
 from tests.engine.test_prompts import GENERATED, PROBLEM, SKELETON
@@ -55,6 +55,6 @@ def test_generate_errors_are_one_line_with_the_fix(tmp_path, problem, tiny_model
 
 def test_a_reply_with_code_becomes_a_spliced_solution():
     reply = Generation(token_ids=(1,), trace=(0,), stop_reason="stop", text=f"Sure.\n```python\n{GENERATED}```")
-    draft = engine._draft(reply, SKELETON)
+    draft = drafts.draft(reply, SKELETON)
     assert draft.code is not None and "relu_kernel" in draft.code and draft.code.endswith("relu.relu_cuda(x)\t\n")
-    assert engine._draft(reply, None).code == GENERATED
+    assert drafts.draft(reply, None).code == GENERATED

@@ -1,0 +1,64 @@
+"""From a reference file to candidate solutions: the prompt (KernelBench one-shot, or DICE infilling of a skeleton),
+one batch of samples, and each sample's first code block, spliced into the skeleton for infill, as a `Draft`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dice_lsp.engine import prompts
+from dice_lsp.engine.checkpoint import Loaded
+from dice_lsp.engine.decode import generate
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.engine.generation import Draft, Generation, Progress
+
+
+def generate_kernel(
+    reference_text: str,
+    loaded: Loaded,
+    settings=None,
+    samples: int = 1,
+    infill_skeleton: str | None = None,
+    on_block: Callable[[Progress], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    **overrides,
+) -> list[Draft]:
+    """`samples` candidate solutions for the reference file, each a Draft (the Generation and the code or why not).
+
+    settings: dice_lsp.settings.Decoding, DecodeSettings or None; keyword overrides win (seed=, max_new_tokens=).
+    """
+    if samples < 1:
+        raise EngineError(f"samples must be >= 1, got {samples}")
+    if infill_skeleton is not None:
+        prefix, _, suffix = prompts.skeleton_parts(infill_skeleton)
+        messages = prompts.infill_prompt(reference_text, prefix, suffix)
+    else:
+        messages = prompts.end_to_end_prompt(reference_text)
+    prompt_ids = loaded.tokenizer.encode(prompts.render(messages, loaded.chat_template))
+    generations = generate(loaded.model, [prompt_ids] * samples, settings, on_block, cancel,
+                           tokenizer=loaded.tokenizer, runner=runner_for(loaded), **overrides)
+    return [draft(g, infill_skeleton) for g in generations]
+
+
+def runner_for(loaded: Loaded):
+    """One GraphRunner per loaded SDAR model on a GPU (graphs and cache are reused); else None: the plain runner."""
+    if loaded.device.type != "cuda" or loaded.config.causal:  # the graph runner decodes blocks, not causal LMs
+        return None
+    if loaded.runner is None:
+        # Imported here: engine.fast brings Triton and its kernels (about 0.4 s more), which only a GPU runs.
+        from dice_lsp.engine.fast import GraphRunner
+
+        loaded.runner = GraphRunner(loaded.model)
+    return loaded.runner
+
+
+def draft(generation: Generation, skeleton: str | None) -> Draft:
+    """The generation as a kernel file: its first code block, for infill spliced into the skeleton; or why not."""
+    code = prompts.extract_code(generation.text)
+    if code is None:
+        return Draft(generation, None, f"no code block in the output ({generation.stop_reason})")
+    if skeleton is None:
+        return Draft(generation, code)
+    try:
+        return Draft(generation, prompts.splice(skeleton, code), "core spliced into the skeleton")
+    except EngineError as error:
+        return Draft(generation, None, str(error))
