@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dice_lsp.anatomy.findings import find_deceptions
+from dice_lsp.anatomy.pairing import Pairing, core_split, find_reference, infill_split, read_reference
 from dice_lsp.anatomy.positions import Encoding, LineIndex
+from dice_lsp.anatomy.reader import FileReader, Reading, reference_link
+from dice_lsp.anatomy.recovery import blank_broken, broken_statements
 from dice_lsp.anatomy.types import (
     Anatomy,
     Call,
@@ -20,7 +24,6 @@ from dice_lsp.anatomy.types import (
     Span,
     Split,
 )
-from dice_lsp.anatomy.pairing import Pairing, core_split, find_reference, infill_split, read_reference
 
 MAX_BYTES = 5 * 1024 * 1024
 
@@ -36,9 +39,6 @@ def parse(text: str, reference: Anatomy | str | None = None) -> Anatomy:
 
     `reference` (the problem's text or its Anatomy) sharpens the checks when Model lives in another file.
     """
-    from dice_lsp.anatomy.findings import find_deceptions
-    from dice_lsp.anatomy.reader import FileReader, reference_link
-
     if not isinstance(text, str):
         return Anatomy(text="", notes=("not text: dice-lsp reads Python source files",))
     if len(text) > MAX_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
@@ -96,11 +96,8 @@ def parse(text: str, reference: Anatomy | str | None = None) -> Anatomy:
     return replace(anatomy, findings=tuple(findings))
 
 
-def _recover(text: str, reader, reading):
+def _recover(text: str, reader: FileReader, reading: Reading) -> tuple[FileReader, Reading, bool]:
     """Re-read a file whose unfinished statement swallowed the code after it (a call or string still open)."""
-    from dice_lsp.anatomy.reader import FileReader
-    from dice_lsp.anatomy.recovery import blank_broken, broken_statements
-
     broken = broken_statements(reader.tree.root_node, reader.offsets)
     blanked = blank_broken(text, broken) if broken else None
     if blanked is None:
