@@ -13,7 +13,7 @@ from dice_lsp.evaluation.metrics import Score
 
 def draw(scores: Sequence[Score], path: Path, title: str, thresholds: Sequence[float] = (1.0, 2.0)) -> Path:
     """Per-sample rows as grouped bars: one group per level and metric, plain (solid) beside robust (hatched)."""
-    import matplotlib
+    import matplotlib  # here, not at the top: about a second to import, paid only when a chart is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

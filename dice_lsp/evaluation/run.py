@@ -11,14 +11,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from dice_lsp.harness.options import Options
-from dice_lsp.harness.report import Report
+from tqdm import tqdm
 
+from dice_lsp import harness
+from dice_lsp.anatomy import parse
 from dice_lsp.evaluation import chart, metrics, table
 from dice_lsp.evaluation.errors import EvaluationError
 from dice_lsp.evaluation.problems import Problem
 from dice_lsp.evaluation.records import Key, RecordLog, SampleRecord, read_records
 from dice_lsp.evaluation.sources import Kernel, Source
+from dice_lsp.harness import Options, Report
 
 SETTINGS_FILE = "run.json"
 # Options that change what a record says; a resumed run must use the same ones. Time limits and caches may change.
@@ -53,8 +55,6 @@ class Evaluation:
 def check(kernels: Sequence[Kernel], references: dict[str, str], options: Options,
           workers: int | None) -> Iterator[tuple[Kernel, Report]]:
     """The harness seam: (kernel, report) from the batch pool as each check ends, so each record is kept at once."""
-    from dice_lsp import harness
-
     try:
         # closing: when eval stops early (an error, Ctrl-C), the checks in progress are cancelled at once
         with closing(harness.check_each([(references[k.problem.key], k.text or "") for k in kernels], options,
@@ -67,8 +67,6 @@ def check(kernels: Sequence[Kernel], references: dict[str, str], options: Option
 
 def evaluate(plan: Plan, source: Source, settings: dict) -> Evaluation:
     """Run what is missing from `plan.out`, then write the table and chart over every sample of the plan."""
-    from dice_lsp import harness
-
     references: dict[str, str] = {}
     with RecordLog(plan.out) as log:
         check_settings(plan.out, settings)
@@ -141,8 +139,6 @@ def with_static_findings(report: Report, kernel: Kernel, references: dict[str, s
     """The report with anatomy's findings on the kernel, when the harness stopped before it read them."""
     if report.static_findings or not kernel.text:
         return report
-    from dice_lsp.anatomy import parse
-
     found = parse(kernel.text, references[kernel.problem.key]).findings
     return replace(report, static_findings=tuple(found)) if found else report
 
@@ -173,8 +169,6 @@ def result_settings(source: str, options: Options, decoding: dict | None = None)
     return out
 
 
-def progress_bar(total: int, done: int, enabled: bool):
-    from tqdm import tqdm
-
+def progress_bar(total: int, done: int, enabled: bool) -> tqdm:
     return tqdm(total=total, initial=done, unit="sample", desc="eval", disable=not enabled, dynamic_ncols=True,
                 smoothing=0.1)

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from dice_lsp import engine  # its names load lazily: torch only when a model is loaded, never for --solutions
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.engine.generation import Progress
 from dice_lsp.evaluation.errors import EvaluationError
 from dice_lsp.evaluation.problems import Problem, read_text, solution_files, solution_path
 
@@ -80,8 +83,7 @@ class Generator:
 
     def find(self) -> Path:
         """The checkpoint's directory, before anything is written: a wrong --model fails at once."""
-        from dice_lsp.engine.checkpoint import resolve
-        from dice_lsp.engine.errors import EngineError
+        from dice_lsp.engine.checkpoint import resolve  # loads torch: here, so that --solutions never does
 
         try:
             return resolve(self.model)
@@ -108,11 +110,8 @@ class Generator:
 
     def loaded(self) -> Any:
         if self._loaded is None:
-            from dice_lsp.engine.checkpoint import load
-            from dice_lsp.engine.errors import EngineError
-
             try:
-                self._loaded = load(self.model, device=self.device, dtype=self.dtype)
+                self._loaded = engine.load(self.model, device=self.device, dtype=self.dtype)
             except EngineError as error:
                 raise EvaluationError(str(error)) from error
         return self._loaded
@@ -121,29 +120,15 @@ class Generator:
 def generate(reference: str, loaded: Any, decoding: Any, count: int,
              progress: Callable[[str], None] | None = None) -> list[tuple[str | None, str]]:
     """The engine seam: `count` samples for one problem as (code or None, note), one batch of prompts."""
-    from dice_lsp import engine
 
-    generate_kernel = getattr(engine, "generate_kernel", None)
-    if generate_kernel is None:
-        raise EvaluationError("this checkout's engine has no generate_kernel yet; score existing kernels with "
-                              "--solutions DIR instead")
-
-    def on_block(event: Any) -> None:
-        if progress is not None and hasattr(event, "blocks"):
+    def on_block(event: Progress) -> None:
+        if progress is not None:
             progress(f"block {event.blocks}, {event.finished}/{count} samples done")
 
-    drafts = list(generate_kernel(reference, loaded, decoding, samples=count, on_block=on_block))
+    drafts = engine.generate_kernel(reference, loaded, decoding, samples=count, on_block=on_block)
     if len(drafts) != count:
         raise EvaluationError(f"the engine returned {len(drafts)} samples for {count} asked; this is a bug in engine")
-    out = []
-    for draft in drafts:
-        if isinstance(draft, str):
-            out.append((draft, ""))
-        elif hasattr(draft, "code"):  # an engine.generation.Draft
-            out.append((draft.code, draft.note))
-        else:  # text without extracted code: the harness reports what is missing
-            out.append((getattr(draft, "text", None), ""))
-    return out
+    return [(draft.code, draft.note) for draft in drafts]
 
 
 def write_atomically(path: Path, text: str) -> None:
