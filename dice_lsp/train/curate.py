@@ -9,6 +9,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
+from dice_lsp.harness import Options, Report, check_each
 from dice_lsp.train.data import read_pairs
 
 
@@ -19,7 +22,7 @@ class Curation:
     reasons: dict[str, int] = field(default_factory=dict)  # why pairs were dropped, with counts
 
 
-def verdict(report, min_speedup: float) -> str | None:
+def verdict(report: Report, min_speedup: float) -> str | None:
     """None to keep the pair, else the reason it is dropped."""
     if report.status != "correct":
         return report.status
@@ -34,17 +37,13 @@ def verdict(report, min_speedup: float) -> str | None:
     return None
 
 
-def curate(source, target, min_speedup: float = 2.0, options=None, workers: int | None = None,
+def curate(source, target, min_speedup: float = 2.0, options: Options | None = None, workers: int | None = None,
            progress: bool = False) -> Curation:
     """Check every pair in batch mode (all built first, then each checked) and write the kept ones to `target`;
     `progress` shows a bar on stderr that moves as each check ends."""
-    from tqdm import tqdm
-
-    from dice_lsp.harness import Options, check_each
-
     pairs = read_pairs(source)
     options = options or Options(baseline="eager" if min_speedup > 0 else "none")
-    reports: list = [None] * len(pairs)
+    reports: list[Report | None] = [None] * len(pairs)
     with tqdm(total=len(pairs), unit="pair", desc="building, then checking", disable=not progress,
               dynamic_ncols=True) as bar:
         for index, report in check_each([(p.reference, p.solution) for p in pairs], options, workers):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 
 @dataclass(frozen=True)
@@ -48,19 +49,18 @@ def wrap(module: nn.Module, world: World, device: torch.device, fsdp: bool) -> n
     if not world.distributed:
         return module
     if fsdp:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard  # half a second to import: only for --fsdp
 
         for layer in module.model.model.layers:
             fully_shard(layer)
         return fully_shard(module)
-    from torch.nn.parallel import DistributedDataParallel
-
     return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def full_state(module: nn.Module, fsdp: bool) -> dict[str, torch.Tensor]:
     """The whole (unsharded) state dict of `module`, on CPU; with FSDP every rank must call this."""
     if fsdp and dist.is_initialized():
+        # Most of a second to import: only a sharded (--fsdp) run needs it.
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -32,7 +32,7 @@ class MetricsLog:
         """loss.png and, when rewards were logged, reward.png beside metrics.jsonl."""
         if not self.enabled:
             return []
-        import matplotlib
+        import matplotlib  # here, not at the top: about a second to import, paid only when a run ends
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

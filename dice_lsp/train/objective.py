@@ -79,7 +79,7 @@ _compiled_flex = None
 def _flex(q, k, v, block_mask, scale):
     global _compiled_flex
     if _compiled_flex is None:
-        from torch.nn.attention.flex_attention import flex_attention
+        from torch.nn.attention.flex_attention import flex_attention  # 0.4 s to import: only --attention flex
 
         # Uncompiled FlexAttention materialises the scores; compiled, it is a fused kernel that skips empty tiles.
         _compiled_flex = torch.compile(flex_attention, dynamic=False) if q.is_cuda else flex_attention
@@ -89,7 +89,7 @@ def _flex(q, k, v, block_mask, scale):
 def _flex_forward(self, x, cos, sin, mask, cache=None, residual=None):
     """engine.model.Attention.forward with FlexAttention when given a BlockMask; any other mask (decoding's) goes
     to the class's own forward."""
-    from torch.nn.attention.flex_attention import BlockMask
+    from torch.nn.attention.flex_attention import BlockMask  # installed only for --attention flex; see _flex
 
     if not isinstance(mask, BlockMask):
         return type(self).forward(self, x, cos, sin, mask, cache, residual)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from dice_lsp.engine.checkpoint import load
 from dice_lsp.train import checkpoints, distributed
@@ -236,9 +237,7 @@ class Run:
     def lora_scaling(self) -> float:
         return self.config.lora_alpha / max(1, self.config.lora_rank)
 
-    def progress_bar(self, initial: int):
-        from tqdm import tqdm
-
+    def progress_bar(self, initial: int) -> tqdm:
         return tqdm(total=self.total_steps, initial=initial, desc=f"train {self.kind}", unit="step",
                     disable=not (self.world.main and self.config.progress), dynamic_ncols=True)
 
@@ -256,7 +255,7 @@ def _after(action):
 
 def inject_lora(model, rank: int, alpha: float) -> None:
     """LoRA adapters on every projection (peft), in place; only the adapters train."""
-    try:
+    try:  # peft is optional (the `lora` extra): only runs with --lora-rank need it
         from peft import LoraConfig, inject_adapter_in_model
     except ImportError:
         raise TrainError("LoRA needs peft: pip install 'dice-lsp[lora]' (or peft), or drop --lora-rank") from None

@@ -1,4 +1,4 @@
-"""Block-diffusion SFT (REFERENCE.md section 3): each sample becomes [x_t | x_0] and trains at x_t's masks.
+"""Block-diffusion SFT (docs/ALGORITHMS.md section 3): each sample becomes [x_t | x_0] and trains at x_t's masks.
 
 Noise is drawn from a generator seeded by (seed, epoch, sample), so a resumed run sees exactly the same batches.
 """
@@ -10,7 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from dice_lsp.engine.checkpoint import resolve
+from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.tokenizer import Tokenizer, _read_json
 from dice_lsp.train.data import Sample, read_pairs, sft_samples
+from dice_lsp.train.distributed import all_sum
 from dice_lsp.train.errors import TrainError
 from dice_lsp.train.pack import IGNORE, Piece, group, join
 from dice_lsp.train.run import Run, RunConfig
@@ -143,8 +147,6 @@ def sft_step(run: Run, samples: list[Sample], chosen: list[int], epoch: int, bud
                         cfg.eos_token_id, sample_generator(run.config.seed, epoch, i), i) for i in mine]
     answer_tokens = sum(p.answer_tokens for p in pieces)
     # The normaliser is the step's answer tokens over all ranks; DDP averages gradients, so scale by world size.
-    from dice_lsp.train.distributed import all_sum
-
     total_answer = all_sum(answer_tokens, run.world, run.device)
     rows = [join(g, budget if pad_rows else None, cfg.eos_token_id) for g in group(pieces, budget)] or [run.idle_row()]
     loss_sum, masked = 0.0, 0
@@ -163,10 +165,6 @@ def sft_step(run: Run, samples: list[Sample], chosen: list[int], epoch: int, bud
     return record
 
 
-def _tokenizer_and_config(model_ref: str):
-    from dice_lsp.engine.checkpoint import resolve
-    from dice_lsp.engine.config import ModelConfig
-    from dice_lsp.engine.tokenizer import Tokenizer, _read_json
-
+def _tokenizer_and_config(model_ref: str) -> tuple[Tokenizer, ModelConfig]:
     path = resolve(model_ref)
     return Tokenizer.from_dir(path), ModelConfig.from_hf(_read_json(path / "config.json") or {})

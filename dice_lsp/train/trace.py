@@ -1,4 +1,4 @@
-"""TraceRL replay (REFERENCE.md section 4): a rollout's commit trace turned into the denoising steps to train.
+"""TraceRL replay (docs/ALGORITHMS.md section 4): a rollout's commit trace turned into the denoising steps to train.
 
 Round r takes, in every block, its r-th commit step s: tokens committed at s are trained, those at s or later masked.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dice_lsp import engine
-from dice_lsp.engine import prompts
+from dice_lsp.engine import drafts, prompts
 from dice_lsp.engine.generation import Generation
 from dice_lsp.train.data import read_pairs, sft_samples
 from dice_lsp.train.errors import TrainError
@@ -20,7 +20,7 @@ def served_prompt_ids(loaded, reference, monkeypatch, skeleton=None) -> list[int
         fed.extend(prompt_ids)
         return [Generation(token_ids=(), trace=(), stop_reason="length") for _ in prompt_ids]
 
-    monkeypatch.setattr(engine, "generate", record)
+    monkeypatch.setattr(drafts, "generate", record)  # the decoding that generate_kernel calls
     engine.generate_kernel(reference, loaded, samples=1, infill_skeleton=skeleton)
     assert len(fed) == 1
     return list(fed[0])

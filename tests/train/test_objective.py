@@ -16,7 +16,7 @@ MASK, EOS = 60, 61
 
 
 def naive_mask(segment, copy, position, block_size):
-    """Loop over every (query, key) pair and apply REFERENCE.md section 3's rules as written."""
+    """Loop over every (query, key) pair and apply docs/ALGORITHMS.md section 3's rules as written."""
     n = len(segment)
     out = torch.zeros(n, n, dtype=torch.bool)
     for q in range(n):
