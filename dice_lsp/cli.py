@@ -1,4 +1,4 @@
-"""The `dice-lsp` command line: one subcommand per job, each defined in `dice_lsp/commands/`.
+"""The `dice-lsp` command line: one subcommand per job, each a module of `dice_lsp/commands/`.
 
 A command module exposes `register(subparsers)`, which adds its parser and sets `run(args) -> int` as the handler.
 """
@@ -6,17 +6,22 @@ A command module exposes `register(subparsers)`, which adds its parser and sets 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
+from types import ModuleType
 
-# Order is the order of `dice-lsp --help`. A module that fails to import (a missing optional dependency) must not
-# take the other commands down with it, so each is imported on its own.
-COMMANDS = ("serve", "inspect", "check", "generate", "train", "data", "eval")
+from dice_lsp import __version__
+from dice_lsp.commands import check, data, generate, inspect, serve, train
+from dice_lsp.commands import eval as eval_command  # the module's name is the subcommand's; `eval` is a builtin
+from dice_lsp.commands.errors import CommandError
 
+# The command table, in the order of `dice-lsp --help`: subcommand name -> the module that registers it.
+COMMANDS: dict[str, ModuleType] = {
+    "serve": serve, "inspect": inspect, "check": check, "generate": generate, "train": train, "data": data,
+    "eval": eval_command,
+}
 
-class CommandError(Exception):
-    """A user-facing error of a command: printed as one line, exit status 2."""
+__all__ = ["COMMANDS", "CommandError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,18 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dice-lsp",
         description="Write, check and benchmark CUDA kernels for PyTorch modules with DICE.",
     )
-    from dice_lsp import __version__
-
     parser.add_argument("--version", action="version", version=f"dice-lsp {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"dice_lsp.commands.{name}")
-        except ModuleNotFoundError as error:
-            if error.name == f"dice_lsp.commands.{name}":
-                continue  # not built yet in this checkout
-            raise
-        module.register(subparsers)
+    for command in COMMANDS.values():
+        command.register(subparsers)
     return parser
 
 

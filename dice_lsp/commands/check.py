@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dice_lsp import harness
+from dice_lsp.anatomy import parse
+from dice_lsp.commands.errors import CommandError
 from dice_lsp.commands.inspect import read_source, resolve_reference
+from dice_lsp.harness import Options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,10 +40,8 @@ def add_check_options(group, baseline: str = "both",
     group.add_argument("--plain-build", action="store_true", help="build with load_inline only, no light build")
 
 
-def options_from(args: argparse.Namespace):
+def options_from(args: argparse.Namespace) -> Options:
     """harness.Options from the flags `add_check_options` added."""
-    from dice_lsp.harness.options import Options
-
     return Options(
         correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance, rtol=args.tolerance,
         baseline=args.baseline, device=args.device, tf32=args.tf32, build_timeout=args.build_timeout,
@@ -48,9 +50,6 @@ def options_from(args: argparse.Namespace):
 
 def locate(args: argparse.Namespace) -> tuple[Path, Path]:
     """(reference, solution) paths from one or two arguments."""
-    from dice_lsp.anatomy import parse
-    from dice_lsp.cli import CommandError
-
     if args.solution is not None:
         return args.reference, args.solution
     path = args.reference
@@ -69,8 +68,6 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dice_lsp import harness
-
     reference, solution = locate(args)
     options = options_from(args)
     report = harness.check(read_source(reference), read_source(solution), options)
@@ -78,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.status in ("correct", "built-not-run") else 1
 
 
-def render(report: "harness.Report", solution: Path) -> str:
+def render(report: harness.Report, solution: Path) -> str:
     lines = [f"{solution}: {report.summary()}"]
     for d in report.diagnostics:
         lines.append(f"  {solution}:{d.line + 1}:{d.column + 1}: {d.severity}: {d.message}")

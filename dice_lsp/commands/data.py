@@ -6,6 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
+from pathlib import Path
+
+from dice_lsp.commands.errors import CommandError
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.harness import Options
+from dice_lsp.train.curate import curate
+from dice_lsp.train.tasks import generate, speed_weights
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,11 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_curate(args: argparse.Namespace) -> int:
-    from dice_lsp.cli import CommandError
-    from dice_lsp.engine.errors import EngineError
-    from dice_lsp.train.curate import curate
-    from dice_lsp.harness import Options
-
     options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none")
     try:
         result = curate(args.source, args.target, args.min_speedup, options, args.workers,
@@ -60,13 +63,6 @@ def run_curate(args: argparse.Namespace) -> int:
 
 
 def run_tasks(args: argparse.Namespace) -> int:
-    from collections import Counter
-    from pathlib import Path
-
-    from dice_lsp.cli import CommandError
-    from dice_lsp.engine.errors import EngineError
-    from dice_lsp.train.tasks import generate, speed_weights
-
     if args.count < 1:
         raise CommandError("--count must be at least 1")
     weights = None
@@ -100,7 +96,7 @@ def run_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_kernelbench(tasks, root) -> None:
+def write_kernelbench(tasks, root: Path) -> None:
     """Tasks as problem files (reference only) and their solutions, named as `dice-lsp eval` reads them."""
     for number, task in enumerate(tasks, 1):
         level = f"level{2 if task.family == 'fusion' else 1}"

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from dice_lsp.commands.check import add_check_options, options_from
+from dice_lsp.commands.decoding import add_decoding_options, decoding_from
+from dice_lsp.commands.errors import CommandError
+from dice_lsp.evaluation import (EvaluationError, Generator, Plan, SolutionFiles, evaluate, find_problems,
+                                 parse_levels, result_settings)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,23 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       baseline_help="references to time; fast_p uses torch.compile only with 'compile' (default eager)")
     decode = parser.add_argument_group("generation")
     decode.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
-    decode.add_argument("--steps", type=int, default=4, help="denoising passes per block (default 4)")
-    decode.add_argument("--block-size", type=int, help="tokens per block (default: the checkpoint's)")
-    decode.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-    decode.add_argument("--max-new-tokens", type=int, default=4096, help="default 4096")
+    add_decoding_options(decode)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-
-    from dice_lsp.cli import CommandError
-    from dice_lsp.evaluation import EvaluationError, Generator, Plan, SolutionFiles, evaluate, find_problems
-    from dice_lsp.evaluation import parse_levels
-    from dice_lsp.evaluation.run import result_settings
-    from dice_lsp.settings import Decoding
-
     if (args.model is None) == (args.solutions is None):
         raise CommandError("give --model M to generate kernels, or --solutions DIR to score existing ones (not both)")
     for name in ("samples", "batch", "workers", "trials", "steps", "max_new_tokens", "block_size"):
@@ -64,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
             out = args.out or Path(f"eval-{slug(args.solutions.resolve().name)}")
             settings = result_settings(str(args.solutions.resolve()), options)
         else:
-            decoding = Decoding(block_size=args.block_size, steps=args.steps, temperature=args.temperature,
-                                max_new_tokens=args.max_new_tokens)
+            decoding = decoding_from(args)
             out = args.out or Path(f"eval-{slug(Path(args.model).name)}")
             source = Generator(args.model, args.device, args.dtype, decoding, out / "kernels")
             source.find()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from dice_lsp.settings import Decoding
+from dice_lsp.anatomy import find_reference, parse
+from dice_lsp.commands.decoding import add_decoding_options, decoding_from
+from dice_lsp.commands.errors import CommandError
+from dice_lsp.engine.errors import EngineError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,23 +26,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
     parser.add_argument("--out", type=Path, help="write the solution here (NAME_2.py, ... for more samples)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per sample instead of code")
-    defaults = Decoding()
     group = parser.add_argument_group("decoding")
-    group.add_argument("--block-size", type=int, help="tokens per block (default: the checkpoint's)")
-    group.add_argument("--steps", type=int, default=defaults.steps, help="denoising passes per block")
-    group.add_argument("--strategy", choices=["static", "dynamic"], default=defaults.strategy)
-    group.add_argument("--threshold", type=float, default=defaults.threshold, help="dynamic: commit above this")
-    group.add_argument("--temperature", type=float, default=defaults.temperature)
-    group.add_argument("--top-k", type=int, default=defaults.top_k, help="0 disables top-k")
-    group.add_argument("--top-p", type=float, default=defaults.top_p)
-    group.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    add_decoding_options(group)
     group.add_argument("--seed", type=int, help="makes sampling repeatable")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dice_lsp.cli import CommandError
-    from dice_lsp.engine import EngineError, generate_kernel, load
+    # These load torch (over a second): only when a kernel is written, never for `dice-lsp --help`.
+    from dice_lsp.engine import generate_kernel, load
     from dice_lsp.engine.checkpoint import choose
 
     text = _read(args.file)
@@ -51,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
         model_ref = choose(args.model)
     except EngineError as error:
         raise CommandError(str(error)) from None
-    decoding = replace(Decoding(), block_size=args.block_size, steps=args.steps, strategy=args.strategy,
-                       threshold=args.threshold, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                       max_new_tokens=args.max_new_tokens)
+    decoding = decoding_from(args)
     try:
         loaded = load(model_ref, device=args.device, dtype=args.dtype)
         drafts = generate_kernel(reference, loaded, decoding, samples=args.samples, infill_skeleton=skeleton,
@@ -88,8 +80,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read(path: Path) -> str:
-    from dice_lsp.cli import CommandError
-
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -99,9 +89,6 @@ def _read(path: Path) -> str:
 def _reference_for(args: argparse.Namespace, skeleton: str) -> str:
     """The problem that an infill skeleton solves: --reference, the file's `# dice: reference = path`, or the
     skeleton itself when it also defines class Model."""
-    from dice_lsp.anatomy import find_reference, parse
-    from dice_lsp.cli import CommandError
-
     if args.reference is not None:
         return _read(args.reference)
     anatomy = parse(skeleton)

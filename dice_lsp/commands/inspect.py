@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from dice_lsp.anatomy import Anatomy, LineIndex, Span, find_reference, parse
+from dice_lsp.commands.errors import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,8 +23,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def read_source(path: Path) -> str:
     """A file's text for parsing; undecodable bytes become U+FFFD so that a binary file is reported, not fatal."""
-    from dice_lsp.cli import CommandError
-
     try:
         return path.read_bytes().decode("utf-8", errors="replace")
     except OSError as error:

@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
+from dice_lsp.commands.decoding import add_decoding_options
+from dice_lsp.commands.errors import CommandError
+from dice_lsp.engine.errors import EngineError
+from dice_lsp.train.rewards import REWARD_CHECKS
+from dice_lsp.train.rollout import ROLLOUT_DECODING
+
+# Training loads torch (over a second) and the model code: each `run_*` imports its part of dice_lsp.train when the
+# command runs, so `dice-lsp --help` stays fast. Defaults shown in --help come from torch-free modules.
 
 SHAPE_OPTIONS = (
     ("vocab_size", "tokenizer vocabulary (default 4096)"),
@@ -81,9 +90,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rl.add_argument("--steps", type=int, default=0, help="optimizer steps (0 = one pass over the tasks)")
     rl.add_argument("--tasks-per-step", type=int, default=64)
     rl.add_argument("--group-size", type=int, default=16)
-    rl.add_argument("--max-new-tokens", type=int, default=4096)
-    rl.add_argument("--temperature", type=float, default=1.0)
-    rl.add_argument("--threshold", type=float, default=0.9, help="dynamic decoding's confidence threshold")
+    # Rollouts decode as BiC-RL does (dynamically, at tau 0.9); --steps above counts optimizer steps, not passes.
+    add_decoding_options(rl.add_argument_group("rollout decoding"), ROLLOUT_DECODING,
+                         ("threshold", "temperature", "max_new_tokens"))
     rl.add_argument("--rollout-batch", type=int, default=64)
     rl.add_argument("--speed-weight", type=float, default=0.0,
                     help="bonus per log2 speedup for correct samples (0 = DICE's binary reward)")
@@ -93,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_config(args):
-    from dice_lsp.train.run import RunConfig
+    from dice_lsp.train.run import RunConfig  # torch: see the note at the top
 
     return RunConfig(model=args.model, out=args.out, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
                      warmup_steps=args.warmup_steps, schedule=args.schedule, grad_clip=args.grad_clip,
@@ -105,9 +114,6 @@ def _run_config(args):
 
 
 def _guarded(action):
-    from dice_lsp.cli import CommandError
-    from dice_lsp.engine.errors import EngineError
-
     try:
         return action()
     except EngineError as error:
@@ -115,7 +121,7 @@ def _guarded(action):
 
 
 def run_init(args: argparse.Namespace) -> int:
-    from dice_lsp.train.scratch import Shape, new_model
+    from dice_lsp.train.scratch import Shape, new_model  # torch: see the note at the top
 
     shape = Shape(**{name: getattr(args, name) for name, _ in SHAPE_OPTIONS if getattr(args, name) is not None})
     summary = _guarded(lambda: new_model(args.data, args.out, shape, args.seed))
@@ -124,7 +130,7 @@ def run_init(args: argparse.Namespace) -> int:
 
 
 def run_sft(args: argparse.Namespace) -> int:
-    from dice_lsp.train.sft import SFTConfig, train
+    from dice_lsp.train.sft import SFTConfig, train  # torch: see the note at the top
 
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     config = SFTConfig(data=args.data, epochs=args.epochs, batch_size=args.batch_size, cutoff=args.cutoff,
@@ -145,13 +151,13 @@ def _report(summary: dict, args: argparse.Namespace) -> None:
 
 
 def run_rl(args: argparse.Namespace) -> int:
-    from dice_lsp.train.rl import RLConfig, train
+    from dice_lsp.train.rl import RLConfig, train  # torch: see the note at the top
 
     config = RLConfig(data=args.data, stage=args.stage, steps=args.steps, tasks_per_step=args.tasks_per_step,
                       group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, threshold=args.threshold, rollout_batch=args.rollout_batch,
                       speed_weight=args.speed_weight, token_budget=args.token_budget,
-                      harness={"device": args.harness_device})
+                      harness=replace(REWARD_CHECKS, device=args.harness_device))
     summary = _guarded(lambda: train(_run_config(args), config))
     _report(summary, args)
     return 0

@@ -8,7 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dice_lsp.harness import Options, Report, check_many
+
 SPEED_CAP = 3.0  # log2 speedup counted at most (8x)
+
+# How rollouts are checked unless told otherwise: one correctness trial is enough for a 0/1 reward, and nothing is
+# timed (RLConfig asks for eager timings when a speed bonus is paid).
+REWARD_CHECKS = Options(correctness_trials=1, baseline="none")
 
 
 @dataclass(frozen=True)
@@ -19,7 +25,7 @@ class Outcome:
     speedup: float | None = None
 
 
-def outcome(report, speed_weight: float = 0.0) -> Outcome:
+def outcome(report: Report, speed_weight: float = 0.0) -> Outcome:
     """1 when the solution built and matched the reference with no error-severity finding (a deception), else 0;
     with speed_weight w, correct ones get + w * clamp(log2(speedup), 0, 3)."""
     deceptive = any(getattr(f, "severity", "") == "error" for f in report.findings)
@@ -42,11 +48,8 @@ def group_advantages(rewards: list[float]) -> list[float] | None:
     return [(r - mean) / std for r in rewards]
 
 
-def judge(references: list[str], solutions: list[str | None], options) -> list:
+def judge(references: list[str], solutions: list[str | None], options: Options) -> list[Report]:
     """Harness Reports for each (reference, solution) in batch mode; a missing solution is a failed report."""
-    from dice_lsp.harness import check_many
-    from dice_lsp.harness.report import Report
-
     todo = [(i, r, s) for i, (r, s) in enumerate(zip(references, solutions)) if s]
     reports = check_many([(r, s) for _, r, s in todo], options) if todo else []
     out = [Report(status="invalid", message="no code in the answer")] * len(solutions)

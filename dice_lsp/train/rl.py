@@ -1,4 +1,4 @@
-"""BiC-RL (REFERENCE.md section 4): rollouts from the engine, harness rewards, group advantages, TraceRL update.
+"""BiC-RL (docs/ALGORITHMS.md section 4): rollouts from the engine, harness rewards, group advantages, TraceRL update.
 
 `--stage infill` writes the core between a solution's prefix and suffix; `--stage e2e` starts from stage 1's model.
 """
@@ -6,14 +6,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
-from dice_lsp.train import distributed
+from dice_lsp.engine.decode import generate
 from dice_lsp.engine.prompts import extract_code
+from dice_lsp.harness import Options
+from dice_lsp.train import distributed
 from dice_lsp.train.data import easy_to_hard, prompt_ids, read_pairs
 from dice_lsp.train.errors import TrainError
 from dice_lsp.train.pack import IGNORE, group, join
-from dice_lsp.train.rewards import group_advantages, judge, outcome
+from dice_lsp.train.rewards import REWARD_CHECKS, group_advantages, judge, outcome
+from dice_lsp.train.rollout import ROLLOUT_DECODING
 from dice_lsp.train.run import Run, RunConfig
 from dice_lsp.train.trace import ppo_loss, replay_piece
 
@@ -25,16 +28,16 @@ class RLConfig:
     steps: int = 0  # optimizer steps; 0 = one pass over the tasks
     tasks_per_step: int = 64
     group_size: int = 16
-    max_new_tokens: int = 4096
-    temperature: float = 1.0
-    threshold: float = 0.9  # dynamic decoding's confidence threshold
-    steps_per_block: int = 4
+    max_new_tokens: int = ROLLOUT_DECODING.max_new_tokens
+    temperature: float = ROLLOUT_DECODING.temperature
+    threshold: float = ROLLOUT_DECODING.threshold  # dynamic decoding's confidence threshold
+    steps_per_block: int = ROLLOUT_DECODING.steps
     rollout_batch: int = 64  # sequences decoded together
     clip: float = 0.2
     kl_beta: float = 0.01
     speed_weight: float = 0.0  # 0 = DICE's binary reward
     token_budget: int = 16384
-    harness: dict = field(default_factory=dict)  # harness.Options fields (device, correctness_trials, ...)
+    harness: Options = REWARD_CHECKS  # how rewards are checked (device, trials, ...)
 
 
 def train(run_config: RunConfig, config: RLConfig) -> dict:
@@ -49,10 +52,7 @@ def train(run_config: RunConfig, config: RLConfig) -> dict:
         usable = [i for i, p in enumerate(prompts) if p is not None]
         if not usable:
             raise TrainError(f"{config.data}: no task has a prefix/core/suffix split for infilling; use --stage e2e")
-        from dice_lsp.harness import Options
-
-        options = Options(**{"baseline": "eager" if config.speed_weight else "none", "correctness_trials": 1,
-                             **config.harness})
+        options = reward_checks(config)
         bar = run.progress_bar(run.step)
         last = {}
         while run.step < total and not run.out_of_time():
@@ -73,14 +73,18 @@ def train(run_config: RunConfig, config: RLConfig) -> dict:
         run.close()
 
 
+def reward_checks(config: RLConfig) -> Options:
+    """config.harness, timing eager PyTorch when a speed bonus is paid and nothing else is timed."""
+    if config.speed_weight and config.harness.baseline == "none":
+        return replace(config.harness, baseline="eager")
+    return config.harness
+
+
 def rollouts(run: Run, config: RLConfig, prompts: list[list[int]], seed: int):
     """G generations per prompt (dynamic decoding, commit traces kept), decoded `rollout_batch` at a time."""
-    from dice_lsp.engine.decode import DecodeSettings, generate
-
-    settings = DecodeSettings(block_size=run.model_config.block_size, steps=config.steps_per_block,
-                              strategy="dynamic", threshold=config.threshold, temperature=config.temperature,
-                              top_k=0, top_p=1.0, max_new_tokens=config.max_new_tokens,
-                              stop_token_ids=run.model_config.stop_token_ids, seed=seed)
+    settings = replace(ROLLOUT_DECODING, block_size=run.model_config.block_size, steps=config.steps_per_block,
+                       threshold=config.threshold, temperature=config.temperature,
+                       max_new_tokens=config.max_new_tokens, stop_token_ids=run.model_config.stop_token_ids, seed=seed)
     flat = [p for p in prompts for _ in range(config.group_size)]
     out = []
     with run.autocast():

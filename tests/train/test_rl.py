@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from dice_lsp.harness import Options
 from dice_lsp.train import rl
 from dice_lsp.train.pack import IGNORE
 from dice_lsp.train.rewards import group_advantages
@@ -52,7 +53,7 @@ def test_one_rl_step_through_the_cpu_harness(tiny_model_dir, cpp_pair, tmp_path,
     summary = rl.train(
         RunConfig(model=str(tiny_model_dir), out=str(tmp_path / "rl"), lr=1e-3, progress=False, save_every=10),
         rl.RLConfig(data=str(data), stage="e2e", steps=1, tasks_per_step=1, group_size=3, max_new_tokens=16,
-                    harness={"device": "cpu", "correctness_trials": 1, "baseline": "none"}),
+                    harness=Options(device="cpu", correctness_trials=1, baseline="none")),
     )
     last = summary["last"]
     assert last["updated"] and last["kept_groups"] == 1
