@@ -10,9 +10,9 @@ import argparse
 from pathlib import Path
 
 from dice_lsp import harness
-from dice_lsp.anatomy import parse
+from dice_lsp.anatomy import find_reference, parse
 from dice_lsp.commands.errors import CommandError
-from dice_lsp.commands.inspect import read_source, resolve_reference
+from dice_lsp.commands.inspect import read_source
 from dice_lsp.harness import Options
 
 
@@ -54,12 +54,10 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
         return args.reference, args.solution
     path = args.reference
     anatomy = parse(read_source(path))
-    if anatomy.is_solution:
-        linked = resolve_reference(path, anatomy)
-        if linked is not None:
-            return linked, path
-        if anatomy.is_reference:
-            return path, path
+    if anatomy.is_solution:  # its link, else its own Model: anatomy.find_reference's rule
+        reference = find_reference(anatomy, path).path
+        if reference is not None:
+            return reference, path
         raise CommandError(f"{path} defines ModelNew but names no reference; pass the problem file first")
     sibling = path.with_name(f"{path.stem}_dice.py")
     if sibling.is_file():
