@@ -3,8 +3,13 @@ checkpoint's chat template; and what is taken back: the first code block, splice
 
 from __future__ import annotations
 
+import json
 import re
 
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from dice_lsp.anatomy import Anatomy, Split, core_split, parse
 from dice_lsp.engine.errors import EngineError
 
 EXAMPLE_REFERENCE = """import torch
@@ -125,8 +130,6 @@ def render(messages: list[dict[str, str]], chat_template: str | None) -> str:
     if not chat_template:
         turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         return turns + "<|im_start|>assistant\n"
-    import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -143,8 +146,6 @@ def render(messages: list[dict[str, str]], chat_template: str | None) -> str:
 
 
 def _tojson(value, indent=None, **_):
-    import json
-
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
@@ -166,8 +167,6 @@ def extract_code(text: str) -> str | None:
 def splice(skeleton: str, generated: str) -> str:
     """The skeleton with its core (the CUDA source assignment) replaced by the generated file's core; the
     skeleton's prefix and suffix are kept byte for byte. Raises EngineError when either side has no core."""
-    from dice_lsp.anatomy import parse
-
     target = _split(parse(skeleton), "skeleton")
     source = parse(generated)
     if not source.splits:
@@ -178,16 +177,12 @@ def splice(skeleton: str, generated: str) -> str:
 
 def skeleton_parts(skeleton: str) -> tuple[str, str, str]:
     """(prefix, core, suffix) of a solution skeleton, by the anatomy's DICE split."""
-    from dice_lsp.anatomy import parse
-
     split = _split(parse(skeleton), "skeleton")
     return split.prefix.slice(skeleton), split.core.slice(skeleton), split.suffix.slice(skeleton)
 
 
-def _split(anatomy, what: str):
+def _split(anatomy: Anatomy, what: str) -> Split:
     """The skeleton's core, by the rule the editor's *Infill* offer uses (`anatomy.core_split`)."""
-    from dice_lsp.anatomy import core_split
-
     split = core_split(anatomy)
     if split is None:
         notes = "; ".join(anatomy.notes)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from dice_lsp.engine import checkpoint
 from dice_lsp.engine.checkpoint import load, save
 from dice_lsp.engine.errors import EngineError
 
@@ -125,8 +126,6 @@ def test_save_replaces_an_existing_checkpoint_whole(tiny_model_dir, tmp_path):
 
 def test_default_model_is_the_bundled_one_unless_the_environment_says_otherwise(tiny_model_dir, tmp_path,
                                                                                monkeypatch):
-    from dice_lsp.engine import checkpoint
-
     monkeypatch.delenv("DICE_LSP_DEFAULT_MODEL", raising=False)
     monkeypatch.setattr(checkpoint, "BUNDLED", tmp_path / "bundled")
     with pytest.raises(EngineError, match="no default model is installed"):

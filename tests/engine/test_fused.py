@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from dice_lsp.engine import fused, model
+
 ROOT = Path(__file__).resolve().parents[2]
 
 KERNEL_CHECKS = r"""
@@ -90,8 +92,6 @@ def test_graph_runner_passes_with_the_kernel_equal_the_reference_runner(tiny_mod
 
 
 def test_the_pytorch_path_runs_where_the_kernel_cannot():
-    from dice_lsp.engine import fused
-
     with torch.no_grad():
         assert not fused.usable(torch.zeros(1, 1, 1, 16)) or os.environ.get("TRITON_INTERPRET") == "1"
         assert not fused.usable(torch.zeros(1, 1, 1, 24, device="meta"))  # head_dim not a power of two
@@ -100,8 +100,6 @@ def test_the_pytorch_path_runs_where_the_kernel_cannot():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_kernel_equals_pytorch_on_the_gpu_at_dice_shape(dtype):
-    from dice_lsp.engine import fused, model
-
     torch.manual_seed(0)
     B, L, H, KV, D, capacity = 3, 8, 16, 8, 128, 512
     with torch.device("cuda"):

@@ -6,6 +6,7 @@ import pytest
 
 from dice_lsp.engine import prompts
 from dice_lsp.engine.errors import EngineError
+from dice_lsp.engine.tokenizer import Tokenizer
 
 PROBLEM = '''import torch
 import torch.nn as nn
@@ -69,8 +70,6 @@ def test_end_to_end_prompt_holds_the_one_shot_example_and_the_problem():
 
 
 def test_chat_template_of_the_checkpoint_is_used(tiny_model_dir):
-    from dice_lsp.engine.tokenizer import Tokenizer
-
     template = Tokenizer.from_dir(tiny_model_dir).chat_template
     messages = prompts.end_to_end_prompt(PROBLEM)
     assert prompts.render(messages, template) == prompts.render(messages, None)
