@@ -7,7 +7,7 @@ Prints a table and appends a dated section to benchmarks/RESULTS.md. Needs a CUD
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import datetime
 import platform
 import socket
@@ -17,14 +17,18 @@ import time
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile as torch_profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fixtures")]  # the checkout, and the tiny model's tokenizer
 
-from dice_lsp.engine import model as model_code  # noqa: E402
+from dice_lsp.engine.checkpoint import load  # noqa: E402
 from dice_lsp.engine.config import ModelConfig  # noqa: E402
 from dice_lsp.engine.decode import generate  # noqa: E402
 from dice_lsp.engine.fast import GraphRunner  # noqa: E402
-from dice_lsp.engine.model import Kernels, SDARModel  # noqa: E402
+from dice_lsp.engine.model import SDARModel  # noqa: E402
+from tiny_model import train_tokenizer  # noqa: E402
 
 DICE_1_7B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, block_size=4)
@@ -67,6 +71,8 @@ def block_forward(model, runner, prompt_len) -> dict[str, float]:
     device = model.lm_head.weight.device
     prompt = torch.randint(0, config.vocab_size, (1, prompt_len), device=device)
     generate(model, prompt.tolist(), None, runner=runner, max_new_tokens=12, stop_token_ids=(), seed=0)
+    valid = torch.ones((1, prompt_len + 12), dtype=torch.bool, device=device)
+    runner.prefill(prompt, torch.arange(prompt_len, device=device)[None], valid, 4)  # no block's write left pending
     block = torch.full((1, 4), config.mask_token_id, device=device)
     where = torch.arange(prompt_len, prompt_len + 4, device=device)[None]
     done, done_where = prompt[:, -4:], where - 4
@@ -80,8 +86,6 @@ def block_forward(model, runner, prompt_len) -> dict[str, float]:
 
 def profile(model, runner, prompt_len) -> None:
     """Where a batch-1 block pass spends its time: per-kernel table of eager passes, and each linear alone."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile
-
     if not torch.cuda.is_available():
         return
 
@@ -112,18 +116,14 @@ def profile(model, runner, prompt_len) -> None:
         print(f"{name}: {seconds * 1e6:.1f} us, {nbytes / seconds / 1e12:.2f} TB/s")
 
 
-@contextlib.contextmanager
-def residual_adds(plain: bool):
-    """While on (graphs captured meanwhile keep it): each residual add is an elementwise kernel of its own after the
-    product, as before the products added it (engine.model.add_projection)."""
-    if not plain:
-        yield
-        return
-    Kernels.add_projection = staticmethod(lambda residual, x, linear: residual + linear(x))
-    try:
-        yield
-    finally:
-        Kernels.add_projection = staticmethod(model_code.add_projection)
+def plain_residual_adds(runner: GraphRunner) -> None:
+    """Each residual add of the runner's passes an elementwise kernel of its own after the product, as before the
+    products added it (engine.model.add_projection). Call it before the runner's first pass, which captures graphs."""
+
+    def add_projection(residual, x, linear):
+        return residual + linear(x)
+
+    runner.kernels = dataclasses.replace(runner.kernels, add_projection=add_projection)
 
 
 def decode_speed(model, runner, batch, prompt_len, new_tokens, **settings) -> dict[str, float]:
@@ -141,7 +141,7 @@ def decode_speed(model, runner, batch, prompt_len, new_tokens, **settings) -> di
 
 def hf_model(model):
     """HF's Qwen3ForCausalLM holding the very same weights as `model` (the parameter names are the same)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM  # here: transformers takes seconds, and --no-hf skips it
 
     c = model.config
     hf_config = Qwen3Config(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
@@ -175,9 +175,6 @@ def hf_speed(hf, batch, prompt_len, new_tokens, seed=0) -> dict[str, float]:
 def causal_speed(hf, prompt_len, new_tokens, seed=0) -> dict[str, float]:
     """The HF model saved by save_pretrained, loaded by the engine as a causal LM and decoded greedily at batch 1
     (plain runner: the CUDA-graph runner is SDAR-only), on the prompt hf_speed uses with the same seed."""
-    from dice_lsp.engine.checkpoint import load
-    from tiny_model import train_tokenizer
-
     with tempfile.TemporaryDirectory(prefix="qwen3-") as directory:
         hf.save_pretrained(directory)
         train_tokenizer().save(Path(directory))  # load needs a tokenizer; decoding here never uses it
@@ -243,15 +240,16 @@ def main() -> int:
                 "QK-norm, RoPE and K/V writes by PyTorch": dict(fused_inputs=False),
                 "the previous path": dict(attention="efficient", fused_inputs=False, plain_residuals=True)}
     for name, options in variants.items():
-        with residual_adds(options.pop("plain_residuals", False)):
-            other = GraphRunner(model, **options)
-            seconds = block_forward(model, other, args.prompt)["denoise"]
-            rows.append((f"block forward b=1, {name}", f"{seconds * 1e3:.3f} ms",
-                         f"{seconds / roofline:.2f}x roofline"))
-            if name == "the previous path":
-                for batch in (1, 64):
-                    r = decode_speed(model, other, batch, args.prompt, args.new, strategy="static", steps=4, top_k=1)
-                    rows.append((f"b={batch} static decoding, {name}", f"{r['tokens/s']:.0f} tok/s", "for comparison"))
+        plain = options.pop("plain_residuals", False)
+        other = GraphRunner(model, **options)
+        if plain:
+            plain_residual_adds(other)
+        seconds = block_forward(model, other, args.prompt)["denoise"]
+        rows.append((f"block forward b=1, {name}", f"{seconds * 1e3:.3f} ms", f"{seconds / roofline:.2f}x roofline"))
+        if name == "the previous path":
+            for batch in (1, 64):
+                r = decode_speed(model, other, batch, args.prompt, args.new, strategy="static", steps=4, top_k=1)
+                rows.append((f"b={batch} static decoding, {name}", f"{r['tokens/s']:.0f} tok/s", "for comparison"))
         del other
     settings = {
         "static (steps 4, top_k 1)": dict(strategy="static", steps=4, top_k=1, temperature=1.0),

@@ -1,7 +1,8 @@
 """Block-diffusion decoding as SDAR does it, in one function (`generate`) to check against the paper; a plain causal
 LM (config.causal) goes to `generate_causal` beside it: block size 1, one step, shifted logits.
 
-How a block's tokens are run through the model is a runner's job: `CacheRunner` here, `fast.GraphRunner` beside it.
+How a block's tokens run through the model, and whether a finished block's K/V is written by a pass of its own or
+by the next block's first pass, is a runner's job: `CacheRunner` here, `fast.GraphRunner` beside it.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def choose(confidence: torch.Tensor, masked: torch.Tensor, count: torch.Tensor, 
     (dynamic) also every one whose confidence exceeds it."""
     confidence = confidence.masked_fill(~masked, float("-inf"))
     order = torch.sort(confidence, dim=1, descending=True, stable=True).indices
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
+    ranks = torch.arange(order.shape[1], device=order.device).expand_as(order)
+    rank = torch.empty_like(order).scatter_(1, order, ranks)
     commit = rank < count[:, None]
     if threshold is not None:
         commit |= confidence > threshold
@@ -99,13 +101,76 @@ def visible_keys(done: int, start: int, size: int, keys: int, device) -> torch.T
     return (torch.arange(keys, device=device)[None, :] < limit[:, None])[None, None]
 
 
-class CacheRunner:
-    """Runs blocks through the plain model with a growing KVCache: the reference, on any device."""
+class Runner:
+    """What `generate` asks of a runner: prefill the prompt, denoise a block, store a finished block's K/V; and
+    the one choice every runner makes alike, in `store`: when that K/V is written.
 
-    def __init__(self, model: SDARModel):
-        self.model = model
+    A subclass runs the model in the passes `_prefill`, `_denoise`, `_commit` and `_commit_and_denoise`; `forwards`
+    counts them since the last prefill.
+    """
+
+    def __init__(self, fused_writes: bool = True):
+        self.fused_writes = fused_writes  # False: a finished block's K/V is always written by a pass of its own
+        self.pending = None  # (block, positions, start) of the finished block whose K/V the next pass writes
+        self.fuse = False
+        self.forwards = 0
 
     def prefill(self, tokens, positions, valid, block_size):
+        """Start a batch (`valid` [B, total]: False at pads) with the prompt's whole blocks, run block-causally."""
+        batch = valid.shape[0]
+        # While the rows stay few, a pass costs what reading the weights costs, and one 8-row pass writing a block
+        # and denoising the next replaces two 4-row ones (H200, b=1: 314-347 tok/s against 261). With many rows
+        # the passes are bound by compute, and one long pass was slower (b=64: 8020 tok/s against 9753).
+        self.fuse = self.fused_writes and batch * 2 * block_size <= FUSED_PASS_ROWS
+        self.pending, self.forwards = None, 0
+        self._prefill(tokens, positions, valid, block_size)
+        self.forwards += int(tokens.shape[1] > 0)
+
+    def denoise(self, block, positions, start):
+        """Logits of the block, attending to the cache and to the whole block; the cache keeps final K/V only.
+        A finished block's K/V still to write (`store`) is written first, by this very pass where it is fused."""
+        pending, self.pending = self.pending, None
+        if pending is not None and self.fuse:
+            return self.commit_and_denoise(*pending[:2], block, positions, start)
+        if pending is not None:
+            self.commit(*pending)
+        self.forwards += 1
+        return self._denoise(block, positions, start)
+
+    def store(self, block, positions, start):
+        """The block's tokens are final: keep its K/V for the blocks after it. It is written by the next pass, so
+        the last block's, never needed, is never written."""
+        if self.pending is not None:  # the block ran no pass (in generate every block runs one): write the one before
+            self.commit(*self.pending)
+        self.pending = (block, positions, start)
+
+    def commit(self, block, positions, start):
+        """Write the K/V of the block's final tokens into the cache now, in a pass of its own."""
+        self.forwards += 1
+        self._commit(block, positions, start)
+
+    def commit_and_denoise(self, done, done_positions, block, positions, start):
+        """`commit(done)` then `denoise(block)` in one pass over both (`done` is the block just before `block`): the
+        finished block's rows see the keys before `start`, the new block's rows also see both blocks; only the
+        finished block's K/V is kept. One forward instead of two."""
+        self.forwards += 1
+        return self._commit_and_denoise(done, done_positions, block, positions, start)
+
+
+class CacheRunner(Runner):
+    """Runs blocks through the plain model with a growing KVCache and the eager kernels: the reference, on any
+    device."""
+
+    def __init__(self, model: SDARModel, fused_writes: bool = True):
+        super().__init__(fused_writes)
+        self.model = model
+
+    def extend(self, block, positions, start):
+        """`commit`, returning the block's logits too: a causal LM's step, whose final token predicts the next."""
+        self.forwards += 1
+        return self.model.logits(self._run(block, positions, self._visible(block, start), write=True))
+
+    def _prefill(self, tokens, positions, valid, block_size):
         self.valid, self.cache = valid, KVCache(self.model.config.num_hidden_layers)
         if tokens.shape[1] == 0:
             return
@@ -114,18 +179,13 @@ class CacheRunner:
         mask |= torch.eye(tokens.shape[1], dtype=torch.bool, device=tokens.device)  # padding sees itself: no NaN
         self._run(tokens, positions, mask, write=True)
 
-    def denoise(self, block, positions, start):
-        """Logits of the block, attending to the cache and to the whole block; the cache is unchanged."""
+    def _denoise(self, block, positions, start):
         return self.model.logits(self._run(block, positions, self._visible(block, start), write=False))
 
-    def commit(self, block, positions, start):
-        """Write the K/V of the block's final tokens into the cache."""
+    def _commit(self, block, positions, start):
         self._run(block, positions, self._visible(block, start), write=True)
 
-    def commit_and_denoise(self, done, done_positions, block, positions, start):
-        """`commit(done)` then `denoise(block)` in one pass over both (`done` is the block just before `block`): the
-        finished block's rows see the keys before `start`, the new block's rows also see both blocks; only the
-        finished block's K/V is kept. One forward instead of two."""
+    def _commit_and_denoise(self, done, done_positions, block, positions, start):
         n, end = done.shape[1], start + block.shape[1]
         visible = self.valid[:, None, None, :end] & visible_keys(n, start, block.shape[1], end, block.device)
         self.cache.keep = n
@@ -134,10 +194,6 @@ class CacheRunner:
         finally:
             self.cache.keep = None
         return self.model.logits(hidden[:, n:])
-
-    def extend(self, block, positions, start):
-        """`commit`, returning the block's logits too: a causal LM's step, whose final token predicts the next."""
-        return self.model.logits(self._run(block, positions, self._visible(block, start), write=True))
 
     def _visible(self, block, start):
         # Every valid key before the block's end: earlier blocks (final K/V) and the block itself (bidirectionally).
@@ -199,13 +255,7 @@ def generate(
     generator.manual_seed(s.seed) if s.seed is not None else generator.seed()
 
     runner.prefill(tokens[:, :origin], positions[:, :origin], valid, bs)
-    forwards = 1 if origin else 0
     step = 0
-    pending = None  # start of the finished block whose K/V the next pass writes
-    # A runner may run that write and the next pass as one forward: while the rows stay few, a pass costs what
-    # reading the weights costs, and one 8-row pass replaces two 4-row ones (H200, b=1: 314-347 tok/s against 261).
-    # With many rows the passes are bound by compute, and one long pass was slower (b=64: 8020 tok/s against 9753).
-    fused = hasattr(runner, "commit_and_denoise") and B * 2 * bs <= FUSED_PASS_ROWS
     done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
     blocks = 0
     for blocks in range(1, n_blocks + 1):
@@ -215,10 +265,6 @@ def generate(
             break
         block, where = tokens[:, lo:hi], positions[:, lo:hi]  # views: commits land in `tokens`
         live = torch.tensor([d is None for d in done], device=device)
-        if pending is not None and not fused:  # a runner without the fused pass writes it as a forward of its own
-            runner.commit(tokens[:, pending:lo], positions[:, pending:lo], pending)
-            forwards += 1
-            pending = None
         masked = new[:, lo:hi] & live[:, None]
         counts = [0 if done[r] else max(0, min(bs, hi - max(lo, start[r]))) for r in range(B)]
         schedule = [transfer_schedule(c, s.steps) for c in counts]
@@ -228,21 +274,14 @@ def generate(
                 continue  # nothing to commit in this pass for any row
             if s.strategy == "dynamic" and not masked.any():
                 break
-            if pending is None:
-                logits = runner.denoise(block, where, lo)
-            else:  # the previous block's K/V is written by this block's first pass
-                logits = runner.commit_and_denoise(tokens[:, pending:lo], positions[:, pending:lo], block, where, lo)
-                pending = None
-            forwards += 1
+            logits = runner.denoise(block, where, lo)
             sampled, confidence = sample(logits, s, generator)
             commit = choose(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
             block.copy_(torch.where(commit, sampled, block))
             trace[:, lo:hi].masked_fill_(commit, step)
             masked &= ~commit
             step += 1
-        # Every live row has a MASK in every block (rows are aligned at their first), so a pass always ran.
-        assert pending is None, "a block ended without a pass to write the previous block's K/V"
-        pending = lo  # the cache only ever holds K/V of final tokens; the last block's is never needed
+        runner.store(block, where, lo)  # its final K/V, which later blocks attend to (written with the next pass)
 
         _check_stops(done, block.tolist(), lo, start, stops, s.max_new_tokens)  # once per block
         if on_block is not None:
@@ -250,7 +289,8 @@ def generate(
         if all(d is not None for d in done):
             break
 
-    return _generations(prompt_ids, tokens, trace, start, done, origin + blocks * bs, step, forwards, tokenizer, began)
+    return _generations(prompt_ids, tokens, trace, start, done, origin + blocks * bs, step, runner.forwards, tokenizer,
+                        began)
 
 
 def generate_causal(
@@ -295,7 +335,6 @@ def generate_causal(
 
     # The prompt but its last token is prefilled; the last token's pass, the first step, predicts the first new one.
     runner.prefill(tokens[:, : origin - 1], positions[:, : origin - 1], valid, 1)
-    forwards = 1 if origin > 1 else 0
     done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
     steps = 0
     while not all(d is not None for d in done):  # max_new_tokens stops every row, at the latest
@@ -303,7 +342,6 @@ def generate_causal(
             break
         i = origin + steps  # the token this step commits; the pass runs the one before it
         logits = runner.extend(tokens[:, i - 1 : i], positions[:, i - 1 : i], i - 1)
-        forwards += 1
         sampled, _ = sample(logits, s, generator)
         tokens[:, i : i + 1] = sampled
         trace[:, i] = steps
@@ -311,7 +349,8 @@ def generate_causal(
         _check_stops(done, sampled.tolist(), i, start, stops, s.max_new_tokens)
         if on_block is not None:
             on_block(_progress(steps, i, i + 1, start, done, tokens, tokenizer, began))
-    return _generations(prompt_ids, tokens, trace, start, done, origin + steps, steps, forwards, tokenizer, began)
+    return _generations(prompt_ids, tokens, trace, start, done, origin + steps, steps, runner.forwards, tokenizer,
+                        began)
 
 
 def _check_stops(done, committed: list[list[int]], lo: int, start: list[int], stops: set[int], max_new: int) -> None:

@@ -1,37 +1,40 @@
 """The fast way to run blocks: a preallocated (static) KV cache and one CUDA graph per cache-length bucket, with
-the block passes' own Triton kernels (engine.attention, engine.fused) in the graphs.
+the block passes' own kernels (torch.compile'd norms, engine.attention, engine.fused) in the graphs.
 
-`GraphRunner` is a drop-in runner for `decode.generate`; it computes what `CacheRunner` does (tests check it).
+`GraphRunner` is a drop-in runner for `decode.generate`; it computes what `CacheRunner` does (tests check it). Its
+kernels are its own, carried to the model by its cache: other runners and training keep the eager ones.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import time
 import warnings
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from dice_lsp.engine import attention as block_attention_kernels
 from dice_lsp.engine import fused as fused_kernels
 from dice_lsp.engine import model as model_code
-from dice_lsp.engine.decode import visible_keys
-from dice_lsp.engine.model import Kernels, SDARModel, block_causal_mask
+from dice_lsp.engine.decode import Runner, visible_keys
+from dice_lsp.engine.model import EAGER, Kernels, SDARModel, block_causal_mask
 
 BUCKET = 256  # attention reads the cache up to the next multiple of this: few graphs, little wasted reading
 
 
-def compile_kernels() -> float | None:
-    """Swap the layers' elementwise pieces (Kernels) for torch.compile'd ones, process-wide, and compile them now.
+@functools.cache
+def compile_kernels() -> Kernels | None:
+    """The eager Kernels with the layers' elementwise pieces torch.compile'd, compiled now; once per process, and
+    used only by the runners that ask for them.
 
-    A GPU replaying a CUDA graph is then bound by the weights it reads, not by hundreds of tiny kernels. Returns the
-    seconds spent, or None (kernels left eager, with a warning) when there is no GPU or compilation fails.
+    A GPU replaying a CUDA graph is then bound by the weights it reads, not by hundreds of tiny kernels. None (with a
+    warning) when there is no GPU or compilation fails: the caller runs the eager kernels, slower but the same.
     """
-    if getattr(Kernels, "compiled", False):
-        return 0.0
     if not torch.cuda.is_available():
         return None
-    began = time.perf_counter()
     try:
         fused = {name: torch.compile(getattr(model_code, name), dynamic=True, fullgraph=True)
                  for name in ("rms_norm", "qk_norm_rotary", "swiglu")}
@@ -44,10 +47,7 @@ def compile_kernels() -> float | None:
     except Exception as error:  # no Triton, no compiler: run eager, slower but the same
         warnings.warn(f"torch.compile of the engine's kernels failed, running them eager: {error}")
         return None
-    for name, function in fused.items():
-        setattr(Kernels, name, staticmethod(function))
-    Kernels.compiled = True
-    return time.perf_counter() - began
+    return dataclasses.replace(EAGER, **fused)
 
 
 def fuse_projections(model: SDARModel) -> None:
@@ -79,7 +79,7 @@ class StaticCache:
     also does the QK-norm and RoPE before, in one kernel (engine.fused) where it can.
     """
 
-    def __init__(self, model: SDARModel, batch: int, capacity: int, fused: bool = True, attention=None):
+    def __init__(self, model: SDARModel, batch: int, capacity: int, fused: bool = True, kernels: Kernels = EAGER):
         c = model.config
         weight = model.lm_head.weight
         shape = (batch, c.num_key_value_heads, capacity, c.head_dim)
@@ -89,7 +89,7 @@ class StaticCache:
         self.slots = torch.zeros(0, dtype=torch.long, device=weight.device)
         self.length = 0
         self.fused = fused
-        self.attention = attention  # None: engine.model's (SDPA)
+        self.kernels = kernels  # the passes on this cache run these: its runner's (engine.model.kernels_of)
 
     def rotate_and_update(self, layer: int, q, k, v, q_weight, k_weight, cos, sin, eps: float):
         if not (self.fused and q.shape[0] == self.batch and fused_kernels.usable(q)):
@@ -105,28 +105,39 @@ class StaticCache:
         return self.keys[layer][:rows, :, : self.length], self.values[layer][:rows, :, : self.length]
 
 
-class GraphRunner:
-    """Runs blocks with a StaticCache, replaying a captured CUDA graph per (pass kind, cache bucket) on a GPU and
-    plain eager calls on a CPU. Keep one per model: graphs and cache are reused while batch and length fit."""
+class GraphRunner(Runner):
+    """Runs blocks with a StaticCache and its own kernels, replaying a captured CUDA graph per (pass kind, cache
+    bucket) on a GPU and plain eager calls on a CPU. Keep one per model: graphs and cache are reused while batch and
+    length fit."""
 
     def __init__(self, model: SDARModel, graphs: bool | None = None, compile: bool | None = None,
-                 fuse: bool | None = None, attention: str = "triton", fused_inputs: bool = True):
+                 fuse: bool | None = None, attention: str = "triton", fused_inputs: bool = True,
+                 fused_writes: bool = True):
         """None: each choice on where it helps (a GPU).
 
         attention, for block passes: "triton" (engine.attention: split over the cache, so a few queries still fill
         the GPU), "efficient" (SDPA's memory-efficient backend) or "default" (PyTorch's pick). fused_inputs: QK-norm,
-        RoPE and the K/V writes in one kernel (engine.fused) rather than PyTorch's five."""
+        RoPE and the K/V writes in one kernel (engine.fused) rather than PyTorch's five. fused_writes: as
+        decode.Runner's."""
+        super().__init__(fused_writes)
         self.model = model
         self.device = model.lm_head.weight.device
         on_gpu = self.device.type == "cuda"
         self.use_graphs = on_gpu if graphs is None else graphs
-        self.compile_seconds = None
-        if on_gpu if compile is None else compile:
-            self.compile_seconds = compile_kernels()
-        if on_gpu if fuse is None else fuse:
-            fuse_projections(model)
         if attention not in ("triton", "efficient", "default"):
             raise ValueError(f"unknown attention {attention!r}: use triton, efficient or default")
+        self.compile_seconds = None
+        kernels = EAGER
+        if on_gpu if compile is None else compile:
+            began = time.perf_counter()
+            compiled = compile_kernels()
+            if compiled is not None:
+                kernels, self.compile_seconds = compiled, time.perf_counter() - began
+        if attention == "triton":
+            kernels = dataclasses.replace(kernels, attention=block_attention_kernels.block_attention)
+        self.kernels = kernels  # this runner's passes only: its cache carries them to the model (set before a pass)
+        if on_gpu if fuse is None else fuse:
+            fuse_projections(model)
         self.attention, self.fused_inputs = attention, fused_inputs
         self.cache: StaticCache | None = None
         self.graphs: dict[tuple[bool, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -134,10 +145,11 @@ class GraphRunner:
         self.captures = 0  # graphs captured so far (for benchmarks)
 
     @torch.inference_mode()
-    def prefill(self, tokens, positions, valid, block_size):
+    def _prefill(self, tokens, positions, valid, block_size):
         B, total = valid.shape
         capacity = -(-total // BUCKET) * BUCKET
-        if self.cache is None or self.cache.batch != B or self.cache.capacity < capacity or self.block_size != block_size:
+        cache = self.cache
+        if cache is None or cache.batch != B or cache.capacity < capacity or self.block_size != block_size:
             self._allocate(B, capacity, block_size)
         self.valid = torch.zeros((B, self.cache.capacity), dtype=torch.bool, device=self.device)
         self.valid[:, :total] = valid
@@ -152,14 +164,13 @@ class GraphRunner:
         self.cache.slots, self.cache.length = index, n
         self.model.hidden(tokens[rows], positions[rows], mask, self.cache)
 
-    def denoise(self, block, positions, start):
+    def _denoise(self, block, positions, start):
         return self._pass(block, positions, start, logits=True)
 
-    def commit(self, block, positions, start):
+    def _commit(self, block, positions, start):
         self._pass(block, positions, start, logits=False)
 
-    def commit_and_denoise(self, done, done_positions, block, positions, start):
-        """As CacheRunner's: one pass writes the finished block's K/V and gives the next block's logits."""
+    def _commit_and_denoise(self, done, done_positions, block, positions, start):
         return self._pass(block, positions, start, logits=True, done=(done, done_positions))
 
     def _allocate(self, batch, capacity, block_size):
@@ -167,8 +178,7 @@ class GraphRunner:
         self.cache = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        attention = block_attention_kernels.block_attention if self.attention == "triton" else None
-        self.cache = StaticCache(self.model, batch, capacity, self.fused_inputs, attention)
+        self.cache = StaticCache(self.model, batch, capacity, self.fused_inputs, self.kernels)
         self.block_size = block_size
         # Room for two blocks: a pass over a finished block (rows :block_size) and the next one runs both at once;
         # a pass over one block uses the first half. Graphs replay on these buffers.
@@ -206,8 +216,6 @@ class GraphRunner:
         return out
 
     def _forward(self, bucket, logits, done, rows):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
         self.cache.slots, self.cache.length = self.slots[:rows], bucket
         args = (self.tokens[:, :rows], self.positions[:, :rows], self.mask[:, :, :rows, :bucket], self.cache)
         backends = contextlib.nullcontext()

@@ -5,6 +5,9 @@ Parameter names equal the HF checkpoint's (`model.layers.N.self_attn.q_proj.weig
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -49,7 +52,7 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 def rotate_and_update(cache, layer: int, q, k, v, q_weight, k_weight, cos, sin, eps: float):
     """QK-norm and RoPE of q and k [B, L, heads, D], then the cache's update (if any): q, k, v as [B, heads, L, D],
     k and v with the cached positions first."""
-    q, k = Kernels.qk_norm_rotary(q, k, q_weight, k_weight, cos, sin, eps)
+    q, k = kernels_of(cache).qk_norm_rotary(q, k, q_weight, k_weight, cos, sin, eps)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if cache is not None:
         k, v = cache.update(layer, k, v)
@@ -73,15 +76,27 @@ def add_projection(residual: torch.Tensor, x: torch.Tensor, linear: nn.Linear) -
     return flat.view(residual.shape)
 
 
+@dataclass(frozen=True)
 class Kernels:
-    """The pieces of a layer between its products, called through here so that the fast path can swap in fused
-    GPU kernels (`engine.fast`: torch.compile'd norms, a Triton attention). Same math either way."""
+    """The pieces of a layer between its products. A pass calls them through the Kernels of the cache it is given
+    (`kernels_of`), so a runner can bring its own for its passes alone (`engine.fast`: torch.compile'd norms, a
+    Triton attention) while every other caller keeps these. Same math either way."""
 
-    rms_norm = staticmethod(rms_norm)
-    qk_norm_rotary = staticmethod(qk_norm_rotary)
-    swiglu = staticmethod(swiglu)
-    attention = staticmethod(attention)
-    add_projection = staticmethod(add_projection)
+    rms_norm: Callable = rms_norm
+    qk_norm_rotary: Callable = qk_norm_rotary
+    swiglu: Callable = swiglu
+    attention: Callable = attention
+    add_projection: Callable = add_projection
+
+
+EAGER = Kernels()  # the functions above, as written: training, the plain runner, and any call without a runner
+
+
+def kernels_of(cache) -> Kernels:
+    """The kernels of a pass: its cache's, which the runner that made the cache chose; without a cache, the eager
+    ones. They ride on the cache so that the modules' forward signatures (which training may replace) stay as they
+    are."""
+    return getattr(cache, "kernels", EAGER)
 
 
 class RMSNorm(nn.Module):
@@ -90,8 +105,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return Kernels.rms_norm(x, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, kernels: Kernels = EAGER) -> torch.Tensor:
+        return kernels.rms_norm(x, self.weight, self.eps)
 
 
 def block_causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -110,6 +125,8 @@ class KVCache:
     so a denoising pass reads the cache and the pass over a block's final tokens extends it. With `keep` set, only
     the first `keep` new positions are kept: a pass over a finished block and the next one writes the first only.
     """
+
+    kernels = EAGER  # the plain runner's passes run the model's own kernels
 
     def __init__(self, layers: int):
         self.keys: list[torch.Tensor | None] = [None] * layers
@@ -168,9 +185,9 @@ class Attention(nn.Module):
         # SDPA backend takes it without copying K/V; `mask` was folded the same way by the caller.
         group = self.heads // self.kv_heads
         q = q.reshape(B, self.kv_heads, group * L, self.head_dim)
-        attend = getattr(cache, "attention", None) or Kernels.attention  # the static cache may bring its own
-        y = attend(q, k, v, mask, self.head_dim**-0.5, L)
-        return self.o_proj(y) if residual is None else Kernels.add_projection(residual, y, self.o_proj)
+        kernels = kernels_of(cache)
+        y = kernels.attention(q, k, v, mask, self.head_dim**-0.5, L)
+        return self.o_proj(y) if residual is None else kernels.add_projection(residual, y, self.o_proj)
 
 
 class MLP(nn.Module):
@@ -181,14 +198,14 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.gate_up_weight: torch.Tensor | None = None  # see engine.fast.fuse_projections
 
-    def forward(self, x, residual=None):
+    def forward(self, x, residual=None, kernels: Kernels = EAGER):
         """residual + mlp(x); without a residual, mlp(x) alone."""
         if self.gate_up_weight is not None and not torch.is_grad_enabled():
             gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        h = Kernels.swiglu(gate, up)
-        return self.down_proj(h) if residual is None else Kernels.add_projection(residual, h, self.down_proj)
+        h = kernels.swiglu(gate, up)
+        return self.down_proj(h) if residual is None else kernels.add_projection(residual, h, self.down_proj)
 
 
 class Layer(nn.Module):
@@ -202,8 +219,9 @@ class Layer(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cos, sin, mask, cache=None):
-        x = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, residual=x)
-        return self.mlp(self.post_attention_layernorm(x), residual=x)
+        kernels = kernels_of(cache)
+        x = self.self_attn(self.input_layernorm(x, kernels), cos, sin, mask, cache, residual=x)
+        return self.mlp(self.post_attention_layernorm(x, kernels), residual=x, kernels=kernels)
 
 
 class Trunk(nn.Module):
@@ -246,7 +264,8 @@ class SDARModel(nn.Module):
         return self.lm_head(hidden)
 
     def hidden(self, input_ids, position_ids=None, attention_mask=None, cache: KVCache | None = None):
-        """The final-normed hidden states [B, L, D]: `forward` without the output head."""
+        """The final-normed hidden states [B, L, D]: `forward` without the output head. The layers' pieces run on
+        the cache's kernels (`kernels_of`): a runner's own, or the eager ones."""
         B, L = input_ids.shape
         past = 0 if cache is None else cache.length
         if position_ids is None:
@@ -262,7 +281,7 @@ class SDARModel(nn.Module):
                 x = checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
             else:
                 x = layer(x, cos, sin, mask, cache)
-        return self.model.norm(x)
+        return self.model.norm(x, kernels_of(cache))
 
 
 def fold_mask(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dice_lsp.engine.checkpoint import load
+from dice_lsp.engine import model as model_code
+from dice_lsp.engine.checkpoint import load, save
 from dice_lsp.engine.config import ModelConfig
 from dice_lsp.engine.decode import CacheRunner, generate
-from dice_lsp.engine.fast import GraphRunner
+from dice_lsp.engine.fast import GraphRunner, compile_kernels, fuse_projections
 from dice_lsp.engine.model import SDARModel
 
 CASES = {
@@ -68,28 +69,22 @@ def test_bf16_graph_pass_matches_reference_pass():
 
 
 @pytest.mark.gpu
-def test_compiled_kernels_match_eager_math():
-    from dice_lsp.engine import model as model_code
-    from dice_lsp.engine.fast import compile_kernels
-
-    assert compile_kernels() is not None
-    from dice_lsp.engine.model import Kernels
-
+def test_compiled_kernels_match_eager_math_and_change_nothing_else():
+    kernels = compile_kernels()
+    assert kernels is not None and compile_kernels() is kernels, "compiled once per process"
+    assert model_code.EAGER == model_code.Kernels(), "the model's own kernels stay eager"
     x = torch.randn(3, 4, 8, 128, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(128, device="cuda", dtype=torch.bfloat16) + 0.5
     cos, sin = torch.randn(2, 3, 4, 128, device="cuda", dtype=torch.bfloat16)
     close = dict(atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(Kernels.rms_norm(x, w, 1e-6), model_code.rms_norm(x, w, 1e-6), **close)
-    for a, b in zip(Kernels.qk_norm_rotary(x, x, w, w, cos, sin, 1e-6),
+    torch.testing.assert_close(kernels.rms_norm(x, w, 1e-6), model_code.rms_norm(x, w, 1e-6), **close)
+    for a, b in zip(kernels.qk_norm_rotary(x, x, w, w, cos, sin, 1e-6),
                     model_code.qk_norm_rotary(x, x, w, w, cos, sin, 1e-6)):
         torch.testing.assert_close(a, b, **close)
-    torch.testing.assert_close(Kernels.swiglu(x, x), model_code.swiglu(x, x), **close)
+    torch.testing.assert_close(kernels.swiglu(x, x), model_code.swiglu(x, x), **close)
 
 
 def test_fused_projections_change_nothing_and_keep_training_on_the_parameters(tiny_model_dir, tmp_path):
-    from dice_lsp.engine.checkpoint import save
-    from dice_lsp.engine.fast import fuse_projections
-
     loaded = load(str(tiny_model_dir), device="cpu")
     ids = torch.tensor([loaded.tokenizer.encode("__global__ void add(float* a)")])
     with torch.no_grad():
