@@ -1,16 +1,20 @@
-"""The user's settings (`dice.*` in the editor), with defaults, read from `workspace/configuration`.
+"""The user's settings (`dice.*` in the editor), with defaults, read from `workspace/configuration`; the one owner of
+those defaults, which `python3 -m dice_lsp.settings --package-json PATH` writes into the extension's package.json.
 
-The VS Code extension declares the same keys in its package.json; `Settings.from_client` accepts what the client
-sends (camelCase keys under the `dice` section) and ignores what it does not know.
+`Settings.from_client` accepts what the client sends (camelCase keys under the `dice` section) and ignores what it
+does not know.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
-from dice_lsp.engine.decode import DecodeSettings
-
+from dice_lsp.engine.settings import DecodeSettings
 
 _ENGINE = DecodeSettings()
 
@@ -99,3 +103,86 @@ def _dump(value: Any) -> dict[str, Any]:
         current = getattr(value, item.name)
         out[_camel(item.name)] = _dump(current) if isinstance(current, Decoding) else current
     return out
+
+
+# -- package.json: the extension declares these settings; their defaults and the decoding help come from here --------
+SECTION = "dice"
+CLIENT_SET = ("trusted_workspace",)  # the client sets it from the editor's trust; no user setting declares it
+CLIENT_ONLY = ("dice.interpreter", "dice.serverArgs", "dice.trace.server")  # how the extension starts the server
+
+
+def declared() -> dict[str, Any]:
+    """Every `dice.*` setting the server reads, by its package.json key, with its default."""
+    out = {}
+    for item in fields(Settings):
+        if item.name in CLIENT_SET:
+            continue
+        value = getattr(Settings(), item.name)
+        if isinstance(value, Decoding):
+            for inner in fields(Decoding):
+                out[f"{SECTION}.decoding.{_camel(inner.name)}"] = getattr(value, inner.name)
+        else:
+            out[f"{SECTION}.{_camel(item.name)}"] = value
+    return out
+
+
+def decoding_help() -> dict[str, dict[str, Any]]:
+    """The engine's help (and choices) for each `dice.decoding.*` key, as package.json words it."""
+    engine = {item.name: item.metadata for item in fields(DecodeSettings)}
+    out = {}
+    for item in fields(Decoding):
+        metadata = engine.get(item.name, {})
+        if "help" in metadata:
+            text = metadata["help"]
+            out[f"{SECTION}.decoding.{_camel(item.name)}"] = {"description": text[0].upper() + text[1:] + ".",
+                                                            "choices": metadata.get("choices")}
+    return out
+
+
+def package_json(package: dict[str, Any]) -> dict[str, Any]:
+    """`package` (the extension's package.json) with each setting's default, and each decoding setting's
+    description and enum, taken from here. Raises ValueError for a setting package.json does not declare."""
+    properties = package["contributes"]["configuration"]["properties"]
+    missing = sorted(set(declared()) - set(properties))
+    if missing:
+        raise ValueError(f"package.json does not declare {', '.join(missing)}: add each with its type and description")
+    for key, default in declared().items():
+        if not _same(properties[key].get("default"), default):
+            properties[key]["default"] = default
+    for key, words in decoding_help().items():
+        declaration = properties[key]
+        declaration.pop("markdownDescription", None)
+        declaration["description"] = words["description"]
+        if words["choices"] is not None:
+            declaration["enum"] = list(words["choices"])
+            declaration.pop("enumDescriptions", None)  # the description names each choice
+    return package
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Equal as JSON values: 600 and 600.0 are the same default, True and 1 are not."""
+    return old == new and isinstance(old, bool) == isinstance(new, bool)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m dice_lsp.settings",
+                                     description="Write the settings' defaults into the VS Code extension.")
+    parser.add_argument("--package-json", type=Path, required=True, metavar="PATH",
+                        help="vscode-extension/package.json, rewritten in place")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when the file is out of date")
+    args = parser.parse_args(argv)
+    text = args.package_json.read_text()
+    updated = json.dumps(package_json(json.loads(text)), indent=2, ensure_ascii=False) + "\n"
+    if updated == text:
+        return 0
+    if args.check:
+        print(f"{args.package_json} is out of date: run python3 -m dice_lsp.settings --package-json "
+              f"{args.package_json}", file=sys.stderr)
+        return 1
+    args.package_json.write_text(updated)
+    print(f"updated {args.package_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
