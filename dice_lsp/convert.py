@@ -1,9 +1,14 @@
-"""The one place where dice-lsp's objects (Anatomy, Report) become LSP types: diagnostics, code lenses, hovers.
+"""The one place where dice-lsp's objects (Anatomy, Report, the session's answers) become LSP types: diagnostics,
+code actions and lenses, hovers, edits, messages.
 
 Everything here is pure: it takes text, objects and the negotiated position encoding, and returns lsprotocol values.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from lsprotocol import types
 
@@ -29,6 +34,24 @@ def first_line(index: LineIndex, span: Span, encoding: str) -> types.Range:
     line = index.line_of(span.start)
     end = min(span.end, index.line_starts[line] + len(index.line_text(line)))
     return lsp_range(index, Span(span.start, max(end, span.start)), encoding)
+
+
+def offset(text: str, position: types.Position, encoding: str) -> int:
+    """The character offset in `text` of an LSP position."""
+    return LineIndex(text).offset(position.line, position.character, encoding)  # type: ignore[arg-type]
+
+
+def document_diagnostics(anatomy: Anatomy, reference_missing: str | None, report, encoding: str
+                         ) -> list[types.Diagnostic]:
+    """All of a file's diagnostics: its anatomy's, then its check's (`report`, None when it was of another text),
+    leaving out a check's finding where the anatomy already put the same code on that line."""
+    diagnostics = anatomy_diagnostics(anatomy, encoding, reference_missing)
+    if report is not None:
+        static = {(d.code, d.range.start.line) for d in diagnostics}
+        for diagnostic in report_diagnostics(anatomy, report, encoding):
+            if (diagnostic.code, diagnostic.range.start.line) not in static:
+                diagnostics.append(diagnostic)
+    return diagnostics
 
 
 def anatomy_diagnostics(anatomy: Anatomy, encoding: str, reference_missing: str | None = None
@@ -153,3 +176,64 @@ def kernel_hover(anatomy: Anatomy, report, offset: int) -> str | None:
                              f"{timing.trials} trials) on {report.device}")
             return "\n".join(lines)
     return None
+
+
+def hover(markdown: str | None) -> types.Hover | None:
+    if markdown is None:
+        return None
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=markdown))
+
+
+def code_actions(offers, uri: str) -> list[types.CodeAction]:
+    """Each of actions.offers' Offers as a code action whose command takes the file's uri."""
+    return [types.CodeAction(title=offer.title, kind=offer.kind,
+                             command=types.Command(title=offer.title, command=offer.command, arguments=[uri]))
+            for offer in offers]
+
+
+def code_lenses(anatomy: Anatomy, report, commands, uri: str, encoding: str) -> list[types.CodeLens]:
+    """Above `class ModelNew`: the last check's result (`report`, None when there is none), then a lens for each of
+    actions.lenses' Offers."""
+    if anatomy.model_new is None:
+        return []
+    where = first_line(LineIndex(anatomy.text), anatomy.model_new.name_span, encoding)
+    lenses = [types.CodeLens(range=where, command=types.Command(title=offer.title, command=offer.command,
+                                                                arguments=[uri]))
+              for offer in commands]
+    if report is not None:
+        title = result_line(report) or report.status
+        lenses.insert(0, types.CodeLens(range=where, command=types.Command(title=title, command="")))
+    return lenses
+
+
+def replace_edit(uri: str, version: int, within: str, span: Span, text: str, encoding: str) -> types.WorkspaceEdit:
+    """Replace `span` of the file `uri` (its text `within`, at `version`) by `text`."""
+    identifier = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version)
+    where = lsp_range(LineIndex(within), span, encoding)
+    return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(text_document=identifier,
+                                                                        edits=[types.TextEdit(where, text)])])
+
+
+def new_file_edit(path: Path, text: str) -> types.WorkspaceEdit:
+    """Create the file `path` (never over an existing one) holding `text`."""
+    target = path.as_uri()
+    start = types.Range(types.Position(0, 0), types.Position(0, 0))
+    return types.WorkspaceEdit(document_changes=[
+        types.CreateFile(uri=target, options=types.CreateFileOptions(overwrite=False, ignore_if_exists=False)),
+        types.TextDocumentEdit(text_document=types.OptionalVersionedTextDocumentIdentifier(uri=target, version=None),
+                               edits=[types.TextEdit(start, text)]),
+    ])
+
+
+_MESSAGE_TYPE = {"error": types.MessageType.Error, "warning": types.MessageType.Warning,
+                 "info": types.MessageType.Info}
+
+
+def message(severity: str, text: str) -> types.ShowMessageParams:
+    """A message for the user, marked as dice-lsp's."""
+    return types.ShowMessageParams(type=_MESSAGE_TYPE[severity], message=f"dice-lsp: {text}")
+
+
+def command_result(answer: Any) -> dict[str, Any]:
+    """A command's answer (the session's Answer or Started) as the JSON the client receives."""
+    return asdict(answer)

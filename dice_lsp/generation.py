@@ -1,26 +1,22 @@
 """Generation for the server, in a long-lived child process that keeps the model loaded between requests.
 
 The server never imports torch or holds the model: a crash or out-of-memory in decoding ends the child, not the editor.
+The messages both ways are dice_lsp/generation_messages.py.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import threading
 import traceback
-from dataclasses import asdict, dataclass
 from typing import Callable
 
+from dice_lsp.generation_messages import (
+    TO_CHILD, TO_SERVER, Cancelled, Decoded, Done, Drafted, Failed, Job, Loading, Progress, Stop, expect,
+)
 
-@dataclass(frozen=True)
-class GenerationJob:
-    reference: str  # the problem's text (class Model, get_inputs, ...)
-    model: str  # a local path or hub id; "" for the bundled default
-    device: str
-    dtype: str
-    decoding: dict  # dice_lsp.settings.Decoding as a dict
-    skeleton: str | None = None  # a ModelNew skeleton to infill; None for end-to-end generation
-    samples: int = 1
+log = logging.getLogger("dice_lsp")
 
 
 class GenerationError(Exception):
@@ -40,69 +36,58 @@ def _child(connection, cancel_event) -> None:
     loaded = {}
     while True:
         try:
-            message = connection.recv()
+            job = expect(connection.recv(), TO_CHILD)
         except (EOFError, OSError):
             return
-        if message is None:
+        if isinstance(job, Stop):
             return
-        job = GenerationJob(**message)
         cancel_event.clear()
         try:
-            texts = _run(job, loaded, connection, cancel_event)
-            connection.send(("done", texts))
+            connection.send(Done(_run(job, loaded, connection, cancel_event)))
         except Exception as error:  # everything becomes a message for the user; the child lives on
-            kind = type(error).__name__
-            if kind == "Cancelled" or cancel_event.is_set():
-                connection.send(("cancelled", None))
-            elif "out of memory" in str(error).lower():
-                loaded.clear()
-                message = (f"the model does not fit in GPU memory ({job.model or 'bundled model'}): choose a smaller "
-                           "checkpoint (DICE-1.7B needs about 4.1 GB in bf16, DICE-8B about 16 GB), a lower "
-                           "dice.decoding.maxNewTokens, or set dice.device to cpu")
-                connection.send(("error", ("OutOfMemory", message, "")))
-            else:
-                connection.send(("error", (kind, str(error) or kind, traceback.format_exc(limit=5))))
+            connection.send(_failure(error, job, loaded, cancel_event))
 
 
-def _run(job: GenerationJob, loaded: dict, connection, cancel_event) -> list[str]:
+def _failure(error: Exception, job: Job, loaded: dict, cancel_event) -> Cancelled | Failed:
+    if isinstance(error, GenerationCancelled) or cancel_event.is_set():
+        return Cancelled()
+    trace = traceback.format_exc(limit=8)
+    if "out of memory" in str(error).lower():
+        loaded.clear()
+        message = (f"the model does not fit in GPU memory ({job.model or 'bundled model'}): choose a smaller "
+                   "checkpoint (DICE-1.7B needs about 4.1 GB in bf16, DICE-8B about 16 GB), a lower "
+                   "dice.decoding.maxNewTokens, or set dice.device to cpu")
+        return Failed("OutOfMemory", message, trace)
+    kind = type(error).__name__
+    return Failed("model" if kind == "EngineError" else kind, str(error) or kind, trace)
+
+
+def _run(job: Job, loaded: dict, connection, cancel_event) -> tuple[Drafted, ...]:
+    # Imported here, in the child only: the engine brings torch, which the server process must never load.
     from dice_lsp import engine
     from dice_lsp.engine.checkpoint import choose, load
-
-    from dice_lsp.settings import Decoding
 
     key = (job.model, job.device, job.dtype)
     if key not in loaded:
         loaded.clear()  # one model at a time: free the old one first
-        connection.send(("progress", {"message": f"loading model {job.model or '(bundled default)'}"}))
+        connection.send(Loading(job.model))
         loaded[key] = load(choose(job.model), device=job.device, dtype=job.dtype)
 
     def on_block(event) -> None:
-        connection.send(("progress", {"blocks": event.blocks, "tokens": max(event.tokens, default=0),
-                                      "seconds": event.seconds}))
+        connection.send(Decoded(event.blocks, max(event.tokens, default=0), event.seconds))
 
     drafts = engine.generate_kernel(
-        job.reference, loaded[key], Decoding(**job.decoding), samples=job.samples,
+        job.reference, loaded[key], job.decoding, samples=job.samples,
         infill_skeleton=job.skeleton, on_block=on_block, cancel=cancel_event.is_set,
     )
     if cancel_event.is_set():
         raise GenerationCancelled()
-    return [Drafted(d.code, d.note, d.generation.text, len(d.generation.token_ids), d.generation.seconds)
-            for d in drafts]
-
-
-@dataclass(frozen=True)
-class Drafted:
-    """A generated sample as the server sees it: the kernel file, or None and why, plus the raw output."""
-
-    code: str | None
-    note: str
-    raw: str
-    tokens: int
-    seconds: float
+    return tuple(Drafted(d.code, d.note, d.generation.text, len(d.generation.token_ids), d.generation.seconds)
+                 for d in drafts)
 
 
 class EngineWorker:
-    """Runs GenerationJobs one at a time in a child process; `run` blocks, so call it from a worker thread."""
+    """Runs Jobs one at a time in a child process; `run` blocks, so call it from a worker thread."""
 
     def __init__(self) -> None:
         self._context = multiprocessing.get_context("spawn")
@@ -121,44 +106,58 @@ class EngineWorker:
         child.close()
         self._connection = parent
 
-    def run(self, job: GenerationJob, on_progress: Callable[[dict], None], cancelled: threading.Event
-            ) -> list[Drafted]:
+    def run(self, job: Job, on_progress: Callable[[Progress], None], cancelled: threading.Event
+            ) -> tuple[Drafted, ...]:
         with self._lock:
             self._ensure()
-            self._connection.send(asdict(job))
+            self._connection.send(job)
             while True:
                 if cancelled.is_set():
                     self._cancel.set()
-                try:
-                    ready = self._connection.poll(0.1)
-                except (EOFError, OSError):
-                    ready = True
-                if not ready:
-                    if not self._process.is_alive():
-                        self._process = None
-                        raise GenerationError("the generation process died (out of memory?); see the server log",
-                                              "worker-died")
+                message = self._receive()
+                if message is None:
                     continue
-                try:
-                    kind, payload = self._connection.recv()
-                except (EOFError, OSError):
-                    self._process = None
-                    raise GenerationError("the generation process died (out of memory?); see the server log",
-                                          "worker-died") from None
-                if kind == "progress":
-                    on_progress(payload)
-                elif kind == "done":
-                    return payload
-                elif kind == "cancelled":
+                if isinstance(message, (Loading, Decoded)):
+                    on_progress(message)
+                elif isinstance(message, Done):
+                    return message.drafts
+                elif isinstance(message, Cancelled):
                     raise GenerationCancelled()
                 else:
-                    error_kind, message, trace = payload
-                    raise GenerationError(message, "model" if error_kind == "EngineError" else error_kind)
+                    raise self._error(message)
+
+    def _receive(self):
+        """The child's next message, None when none came within 0.1 s; GenerationError when the child died."""
+        try:
+            ready = self._connection.poll(0.1)
+        except (EOFError, OSError):
+            ready = True
+        if not ready:
+            if self._process.is_alive():
+                return None
+            self._process = None
+            raise GenerationError("the generation process died (out of memory?); see the server log", "worker-died")
+        try:
+            return expect(self._connection.recv(), TO_SERVER)
+        except (EOFError, OSError):
+            self._process = None
+            raise GenerationError("the generation process died (out of memory?); see the server log",
+                                  "worker-died") from None
+
+    @staticmethod
+    def _error(failed: Failed) -> GenerationError:
+        """The child's failure as the server's error; its traceback goes to the server's log."""
+        if failed.kind == "model":  # the engine's own message says what to fix; the trace is for debugging only
+            log.info("generation failed: %s\n%s", failed.message, failed.trace)
+        else:
+            log.error("generation failed in the child process (%s): %s\n%s", failed.kind, failed.message,
+                      failed.trace)
+        return GenerationError(failed.message, failed.kind)
 
     def close(self) -> None:
         if self._process is not None and self._process.is_alive():
             try:
-                self._connection.send(None)
+                self._connection.send(Stop())
                 self._process.join(timeout=2)
             except (OSError, BrokenPipeError):
                 pass

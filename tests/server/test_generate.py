@@ -9,6 +9,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from dice_lsp.anatomy import infill_split, parse
 from dice_lsp.engine.checkpoint import BUNDLED
 from dice_lsp.train.tasks import render
 
@@ -109,3 +110,58 @@ async def test_with_no_model_configured_the_bundled_model_writes_a_kernel(client
     [edit] = client.applied_edits
     text = edit.edit.document_changes[1].edits[0].new_text
     assert "class ModelNew(" in text and "__global__" in text and "load_inline(" in text
+
+
+HELPER = '''scale_source = """
+__global__ void scale_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+helper = load_inline(name="helper", cpp_sources="", cuda_sources=scale_source, functions=[])
+
+'''
+
+
+def two_source_skeleton(solution: str) -> str:
+    """`solution` with a real kernel's source (and its load_inline) before its own source, which becomes a TODO."""
+    core = parse(solution).splits[0]
+    variable = core.source.variable
+    todo = f'{variable} = """\n// TODO: write the kernel and its launcher\n"""'
+    return "# dice: reference = problem.py\n" + solution[:core.core.start] + HELPER + todo + solution[core.core.end:]
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not (BUNDLED / "model.safetensors").is_file(), reason="no bundled model in this tree")
+async def test_infill_of_a_skeleton_fills_its_todo_source_not_the_real_kernel_before_it(client: LanguageClient,
+                                                                                        tmp_path):
+    task = next(t for t in (render("activation", "one_per_thread", s) for s in range(200)) if t.split == "heldout")
+    (tmp_path / "problem.py").write_text(task.reference)
+    skeleton = two_source_skeleton(task.solution)
+    todo = infill_split(parse(skeleton))
+    assert todo is not None and todo.source.variable != "scale_source" and len(parse(skeleton).splits) == 2
+    path = tmp_path / "solution.py"
+    path.write_text(skeleton)
+    configure(client, model="")
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
+        uri=uri, language_id="python", version=1, text=skeleton)))
+    await asyncio.sleep(0.3)
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri), range=types.Range(types.Position(0, 0), types.Position(0, 0)),
+        context=types.CodeActionContext(diagnostics=[])))
+    assert "Infill kernel core" in [a.title for a in actions]
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="dice.server.infill", arguments=[uri]))
+    assert result["ok"] is True, result
+    [edit] = client.applied_edits
+    [change] = edit.edit.document_changes
+    [replace] = change.edits
+    assert change.text_document.uri == uri and change.text_document.version == 1
+    lines = skeleton.splitlines()
+    assert lines[replace.range.start.line].startswith(f'{todo.source.variable} = """')  # the TODO source's line
+    assert lines[replace.range.end.line] == '"""' and "TODO" in "\n".join(
+        lines[replace.range.start.line:replace.range.end.line + 1])
+    assert "__global__" in replace.new_text and "TODO" not in replace.new_text
+    assert "scale_kernel" not in replace.new_text  # the real kernel before it stays as it was

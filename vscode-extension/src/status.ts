@@ -5,24 +5,33 @@
 
 import * as vscode from "vscode";
 
-/** States the server reports, plus "stopped", which only the client can see. */
-export type ServerState = "starting" | "idle" | "loading-model" | "generating" | "checking" | "error" | "stopped";
+/** States the server reports (dice_lsp/status.py's `State`). */
+export type ServerState = "idle" | "loading-model" | "generating" | "checking" | "error";
 
-/** Params of the server's `dice/status` notification. */
+/** What the item shows: a state the server reported, or one only the client can see. */
+export type ShownState = ServerState | "starting" | "stopped";
+
+/**
+ * Params of the server's `dice/status` notification: dice_lsp/status.py's `Status`, field for field
+ * (tests/server/test_status.py checks that they match).
+ */
 export interface StatusParams {
     state: ServerState;
     message?: string;
-    /** The loaded model's name; null when none is loaded; absent when unchanged. */
-    model?: string | null;
     /** The document a `speedup` belongs to. */
     uri?: string;
+    /** The loaded model's name; null when none is loaded; absent when unchanged. */
+    model?: string | null;
     /** The last measured speedup of `uri`; null when its last check measured none. */
     speedup?: number | null;
 }
 
+/** A status from the server, or the client's own (starting, stopped). */
+export type ShownStatus = Omit<StatusParams, "state"> & { state: ShownState };
+
 export const STATUS_NOTIFICATION = "dice/status";
 
-const LABELS: Record<ServerState, string> = {
+const LABELS: Record<ShownState, string> = {
     starting: "starting",
     idle: "ready",
     "loading-model": "loading model",
@@ -32,10 +41,10 @@ const LABELS: Record<ServerState, string> = {
     stopped: "stopped",
 };
 
-const BUSY: ReadonlySet<ServerState> = new Set(["starting", "loading-model", "generating", "checking"]);
+const BUSY: ReadonlySet<ShownState> = new Set(["starting", "loading-model", "generating", "checking"]);
 
 export class ServerStatus implements vscode.Disposable {
-    private state: ServerState = "starting";
+    private state: ShownState = "starting";
     private message: string | undefined;
     private model: string | null = null;
     private readonly speedups = new Map<string, number>();
@@ -47,7 +56,7 @@ export class ServerStatus implements vscode.Disposable {
         this.render();
     }
 
-    update(params: StatusParams): void {
+    update(params: ShownStatus): void {
         this.state = params.state in LABELS ? params.state : "error";
         this.message = params.message;
         if (params.model !== undefined) {
