@@ -19,6 +19,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.log_level != "DEBUG":  # pygls logs every message at INFO: only wanted when debugging the protocol
         logging.getLogger("pygls").setLevel(logging.WARNING)
+    # Imported here, not at the top: the server brings pygls and lsprotocol (0.4-0.7 s to import, over twice the
+    # rest of the command line), which every other command would pay for, since the CLI registers them all.
     from dice_lsp.server import server
 
     server.start_io()
