@@ -17,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from dice_lsp import harness  # noqa: E402
+
 FILES = ROOT / "tests" / "harness" / "files"
 
 
@@ -29,7 +31,6 @@ def variants(tag: str, count: int) -> list[str]:
 
 
 def main() -> None:
-    from dice_lsp import harness
     from build import machine
 
     parser = argparse.ArgumentParser(description=__doc__)

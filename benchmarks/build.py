@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import fixtures  # noqa: E402
+from dice_lsp import harness  # noqa: E402
 
 
 def unique(text: str, tag: str) -> str:
@@ -39,8 +40,6 @@ def plain_build(source: str) -> float:
 
 
 def check_seconds(reference: str, solution: str, options) -> tuple[float, object]:
-    from dice_lsp import harness
-
     started = time.perf_counter()
     report = harness.check(reference, solution, options)
     return time.perf_counter() - started, report
@@ -93,8 +92,6 @@ def record(results: str, rows: list[tuple[str, float, str]], speedups: dict[str,
 
 
 def main() -> None:
-    from dice_lsp import harness
-
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", help="build cache to use and keep (default: a temporary one, removed after)")
     parser.add_argument("--repeats", type=int, default=5)
@@ -142,10 +139,8 @@ def main() -> None:
 def checks(reference: str, fixture: str, options, args, row, speedups: dict[str, list[float]]) -> None:
     """Cold checks (precompiled header to build, then built), then unchanged re-checks a save's pause apart, with the
     reference's 512x512 inputs and then with larger ones. A re-check reuses the reference worker of the check before
-    (kept by `harness.process`); `--fresh` more re-checks per size start a new one each time, for comparison."""
-    from dice_lsp import harness
-    from dice_lsp.harness import process
-
+    (kept by `harness.default_pool`); `--fresh` more re-checks per size start a new one each time, for comparison."""
+    pool = harness.default_pool
     seconds, report = check_seconds(reference, unique(fixture, "first"), options)
     row("check, cold, precompiled header not built yet", seconds, report.summary())
     solution = unique(fixture, "second")
@@ -167,8 +162,8 @@ def checks(reference: str, fixture: str, options, args, row, speedups: dict[str,
                 f"{report.summary()}; {stages(report)}; {clocks(report)}")
             if report.speedup_eager:
                 speedups[label].append(report.speedup_eager)
-        kept, process.KEPT_REFERENCES = process.KEPT_REFERENCES, 0  # the baseline: a new reference worker each time
-        process.close_references()
+        kept, pool.kept_references = pool.kept_references, 0  # the baseline: a new reference worker each time
+        pool.close_references()
         try:
             for i in range(args.fresh):
                 time.sleep(args.pause)
@@ -176,7 +171,7 @@ def checks(reference: str, fixture: str, options, args, row, speedups: dict[str,
                 row(f"re-check unchanged, reference worker not kept #{i + 1}, {label}", seconds,
                     f"{report.summary()}; {stages(report)}; {clocks(report)}")
         finally:
-            process.KEPT_REFERENCES = kept
+            pool.kept_references = kept
     if args.slow:
         slow(solution, options, args, row, speedups)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import fixtures  # noqa: E402
+from dice_lsp import harness  # noqa: E402
+from dice_lsp.harness import messages  # noqa: E402
 
 
 def main() -> None:
@@ -26,9 +28,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=15.0, help="seconds the spares get to warm up")
     parser.add_argument("--slow", type=int, default=0, help="NxN matmul problem instead of the 512x512 add")
     args = parser.parse_args()
-    from dice_lsp import harness
-    from dice_lsp.harness import process
-
+    pool = harness.default_pool
     options = harness.Options(cache_dir=args.cache or tempfile.mkdtemp(prefix="dice-steps-"),
                               baseline="both" if args.slow else "eager")
     reference_text, solution_text = fixtures.matmul(args.slow) if args.slow else fixtures.add()
@@ -36,35 +36,36 @@ def main() -> None:
     report = harness.check(reference_text, solution_text, options)
     print(f"filling the cache: {time.perf_counter() - started:.1f} s, {report.summary()}")
 
-    harness.keep_warm(2)
+    pool.keep_warm(2)
     for _ in range(2):  # the first start leaves one spare beside the fresh worker it returns, the second two
-        process.start(options).close()
+        pool.start(options).close()
     time.sleep(args.settle)
-    reference, solution = process.start(options), process.start(options)
+    reference, solution = pool.start(options), pool.start(options)
     exchange = tempfile.mkdtemp(prefix="dice-steps-exchange-")
-    payload = options.with_(cache_dir=options.extensions_dir).to_dict()
+    cached = options.with_(cache_dir=options.extensions_dir)
     commands = [
-        (solution, "build", {"path": solution.file("solution.py", solution_text), "options": payload}),
-        (reference, "reference", {"path": reference.file("reference.py", reference_text), "options": payload,
-                                  "exchange": exchange}),
-        (solution, "run", {"exchange": exchange, "share": True}),
-        (reference, "compare", {"exchange": exchange}),
-        (reference, "time", {"compile": False}),
-        (solution, "time", {"compile": False}),
-        *([(reference, "time", {"compile": True}), (reference, "time", {"compile": True, "round": 1})]
+        (solution, messages.Build(path=solution.file("solution.py", solution_text), options=cached)),
+        (reference, messages.MakeReference(path=reference.file("reference.py", reference_text), options=cached,
+                                           exchange=exchange)),
+        (solution, messages.RunSolution(exchange=exchange, share=True)),
+        (reference, messages.Compare(exchange=exchange)),
+        (reference, messages.Time()),
+        (solution, messages.Time()),
+        *([(reference, messages.Time(compiled=True)), (reference, messages.Time(compiled=True, round=1))]
           if args.slow else []),  # the first compiles
-        (solution, "inspect", {"kernels": ["add_kernel"]}),
+        (solution, messages.Inspect(kernels=("add_kernel",))),
     ]
     print(f"{'command':14s} {'waited':>8s} {'in worker':>10s} {'imported':>9s}  warm-up")
-    for worker, op, payload_ in commands:
+    for worker, command in commands:
         started = time.perf_counter()
-        answer = worker.call(op, 120, **payload_)
+        answer = worker.call(command, 120)
         waited = time.perf_counter() - started
-        side = answer.get("worker", {})
-        note = "" if answer["ok"] else f"  failed: {answer['error']}"
-        label = f"{op} (compile)" if payload_.get("compile") else op
-        print(f"{label:14s} {waited:8.3f} {side.get('seconds', 0):10.3f} {side.get('imported', 0):9d}  "
-              f"{side.get('warm_up_seconds', 0):.1f} s {side.get('warm_up_error', '')}{note}")
+        cost = answer.cost
+        note = f"  failed: {answer.error}" if isinstance(answer, messages.Failed) else ""
+        compiled = isinstance(command, messages.Time) and command.compiled
+        label = f"{command.tag} (compile)" if compiled else command.tag
+        print(f"{label:14s} {waited:8.3f} {cost.seconds:10.3f} {cost.imported:9d}  "
+              f"{cost.warm_up_seconds:.1f} s {cost.warm_up_error}{note}")
     reference.close()
     solution.close()
     for i in range(3):
@@ -73,7 +74,7 @@ def main() -> None:
         report = harness.check(reference_text, solution_text, options)
         stages = ", ".join(f"{s.name} {s.seconds:.2f}" for s in report.stages)
         print(f"whole check #{i + 1} after {args.settle:.0f} s: {time.perf_counter() - started:.2f} s ({stages})")
-    process.close_spares()
+    pool.close()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from dice_lsp import harness  # noqa: E402
 
 
 def clean(report) -> bool:
@@ -44,7 +45,6 @@ def instances(family: str, name: str, args, render) -> list:
 
 
 def main() -> int:
-    from dice_lsp import harness
     from build import machine
     from dice_lsp.train.tasks import FAMILIES, render, templates
 

@@ -1,6 +1,7 @@
-"""Background harness checks for the server: one per file, the newest save wins, the old one is killed.
+"""Background harness checks for the server: one per file, the newest save wins, the old one is cancelled.
 
-The harness itself runs candidates in child processes; this only owns the threads that wait for them.
+Each check is a `harness.Run` (its thread and workers are the harness's); this keeps one per file and makes the
+harness's `Options` from the editor's settings.
 """
 
 from __future__ import annotations
@@ -9,16 +10,38 @@ import logging
 import threading
 from typing import Callable
 
+from dice_lsp import harness
+from dice_lsp.harness import Options, Report, WorkerPool, batch
+from dice_lsp.settings import Settings
+
 log = logging.getLogger("dice_lsp")
 
 
+def check_options(settings: Settings) -> Options:
+    """The harness's options from the editor's `dice.*` settings; the rest stay the harness's defaults."""
+    return Options(
+        correctness_trials=settings.correctness_trials,
+        timing_trials=settings.timing_trials,
+        atol=settings.tolerance,
+        rtol=settings.tolerance,
+        baseline=settings.baseline,
+        device=settings.device,
+        build_timeout=settings.build_timeout,
+        run_timeout=settings.run_timeout,
+        cuda_home=settings.cuda_home,
+    )
+
+
 class CheckRunner:
-    def __init__(self) -> None:
-        self._running: dict[str, threading.Event] = {}
+    """The server's checks in flight, one per file; `pool` keeps their workers warm between saves."""
+
+    def __init__(self, pool: WorkerPool | None = None) -> None:
+        self.pool = pool or harness.default_pool
+        self._running: dict[str, harness.Run] = {}
         self._lock = threading.Lock()
         self._prepared = False
 
-    def prepare(self, settings) -> threading.Thread | None:
+    def prepare(self, settings: Settings) -> threading.Thread | None:
         """Once per server, when the first CUDA solution opens on a machine with a GPU: the spares start and the
         precompiled torch header is built in a worker, so the first save's check skips both (a machine's first check
         on the H200 machine: 40-59 s with the header to build, 16-22 s with it). A failure is left to that check."""
@@ -29,16 +52,11 @@ class CheckRunner:
 
         def work() -> None:
             try:
-                from dice_lsp import harness
-                from dice_lsp.harness import process
-                from dice_lsp.harness.batch import visible_gpus
-                from dice_lsp.harness.options import Options
-
-                options = Options.from_settings(settings)
-                if options.device == "cpu" or not visible_gpus():
+                options = check_options(settings)
+                if options.device == "cpu" or not batch.visible_gpus():
                     return
-                harness.keep_warm()
-                process.fill_spares(options)
+                self.pool.keep_warm()
+                self.pool.fill(options)
                 harness.prepare(options)
             except Exception as error:
                 log.info("preparing builds ahead of the first check failed: %s", error)
@@ -47,55 +65,42 @@ class CheckRunner:
         thread.start()
         return thread
 
-    def start(self, uri: str, reference: str, solution: str, settings, done: Callable[[object], None]) -> None:
-        """Check `solution` against `reference` on a thread; `done(report)` is called with the Report."""
-        cancel = threading.Event()
-        with self._lock:
-            previous = self._running.get(uri)
-            if previous is not None:
-                previous.set()  # the harness kills that check's worker process tree
-            self._running[uri] = cancel
+    def start(self, uri: str, reference: str, solution: str, settings: Settings,
+              done: Callable[[Report], None]) -> None:
+        """Check `solution` against `reference` in the background, cancelling the file's check before; `done(report)`
+        is called on the check's thread with its Report (a "cancelled" one for a check a newer save replaced)."""
+        self.pool.keep_warm()  # started workers wait for the next save: re-checks skip torch's import
 
-        def work() -> None:
-            report = None
-            try:
-                from dice_lsp import harness
-                from dice_lsp.harness.options import Options
-
-                options = Options.from_settings(settings)
-                harness.keep_warm()  # started workers wait for the next save: re-checks skip torch's import
-                report = harness.check(reference, solution, options, cancel=cancel)
-            except Exception as error:  # a harness bug must surface as a report, never kill the server
-                log.exception("check failed")
-                from dice_lsp.harness.report import Report
-
-                report = Report(status="crashed", message=f"dice-lsp's harness failed: {error}")
-            finally:
-                with self._lock:
-                    if self._running.get(uri) is cancel:
-                        del self._running[uri]
+        def finished(report: Report) -> None:
+            with self._lock:
+                if self._running.get(uri) is run:
+                    del self._running[uri]
             done(report)
 
-        threading.Thread(target=work, name=f"dice-check {uri}", daemon=True).start()
+        run = harness.Run(reference, solution, check_options(settings), on_done=finished, pool=self.pool)
+        with self._lock:
+            previous = self._running.get(uri)
+            self._running[uri] = run
+        if previous is not None:
+            previous.cancel()  # its solution's worker tree is killed now
+        run.start()
 
     def cancel(self, uri: str) -> None:
         with self._lock:
-            event = self._running.pop(uri, None)
-        if event is not None:
-            event.set()
+            run = self._running.pop(uri, None)
+        if run is not None:
+            run.cancel()
 
     def close(self) -> None:
         self.cancel_all()
         try:
-            from dice_lsp import harness
-
-            harness.close_spares()
-        except Exception:
+            self.pool.close()
+        except Exception:  # noqa: BLE001  (shutting down: nothing left to report to)
             pass
 
     def cancel_all(self) -> None:
         with self._lock:
-            events = list(self._running.values())
+            runs = list(self._running.values())
             self._running.clear()
-        for event in events:
-            event.set()
+        for run in runs:
+            run.cancel()

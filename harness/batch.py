@@ -15,8 +15,10 @@ from typing import Iterator, Sequence
 
 from dice_lsp.harness import process
 from dice_lsp.harness.errors import HarnessError
+from dice_lsp.harness.messages import Build, Failed, Prepare
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.pipeline import _Check
+from dice_lsp.harness.process import WorkerPool
 from dice_lsp.harness.report import Report
 
 
@@ -39,12 +41,12 @@ def prebuild(solutions: Sequence[str], options: Options, workers: int | None = N
     cores = os.cpu_count() or 1
     parallel = max(1, min(workers or cores, len(solutions) or 1))
     env = {"MAX_JOBS": str(max(1, cores // parallel))}
-    payload = options.with_(cache_dir=options.extensions_dir).to_dict()
+    cached = options.with_(cache_dir=options.extensions_dir)
 
     def build(text: str) -> None:
         worker = process.Worker(options, env, warm=False)
         try:
-            worker.call("build", options.build_timeout, path=worker.file("solution.py", text), options=payload)
+            worker.call(Build(path=worker.file("solution.py", text), options=cached), options.build_timeout)
         except HarnessError:
             pass  # the check that follows reports it, exactly as single mode would
         finally:
@@ -60,28 +62,30 @@ def prepare(options: Options) -> str:
     HarnessError when it cannot be built (no CUDA toolkit, a compiler error), which the first check reports again."""
     worker = process.Worker(options, warm=False)
     try:
-        answer = worker.call("prepare", options.build_timeout, cache_dir=options.extensions_dir)
+        answer = worker.call(Prepare(cache_dir=options.extensions_dir), options.build_timeout)
     finally:
         worker.close()
-    if not answer["ok"]:
-        raise HarnessError(f"could not build the precompiled torch header: {answer['error']}", "setup")
-    return answer["header"]
+    if isinstance(answer, Failed):
+        raise HarnessError(f"could not build the precompiled torch header: {answer.error}", "setup")
+    return answer.header
 
 
 def check_many(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,
-               gpus: list[str] | None = None) -> list[Report]:
+               gpus: list[str] | None = None, pool: WorkerPool | None = None) -> list[Report]:
     """Reports for (reference, solution) pairs, in order; each equals what `harness.check` gives for the pair."""
-    reports = dict(check_each(pairs, options, workers, gpus))
+    reports = dict(check_each(pairs, options, workers, gpus, pool))
     return [reports[index] for index in range(len(pairs))]
 
 
 def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,
-               gpus: list[str] | None = None) -> Iterator[tuple[int, Report]]:
+               gpus: list[str] | None = None, pool: WorkerPool | None = None) -> Iterator[tuple[int, Report]]:
     """(index, report) for each pair as its check ends, so a caller can keep each result at once (eval appends
     its record: a run cut short keeps every finished sample). Every solution is built first, in parallel, and only
     then checked, so no compiler competes with a timed run for the cores. Closing the iterator early cancels the
-    checks in progress (their workers are killed) and starts no more."""
+    checks in progress (their workers are killed) and starts no more. `pool`: where the checks' workers come from
+    (None: `process.default_pool`); it keeps spares for the next checks while the batch runs."""
     options = options or Options()
+    pool = pool or process.default_pool
     prebuild([solution for _, solution in pairs], options, workers)
     slots = (gpus if gpus is not None else visible_gpus()) if options.device != "cpu" else []
     todo: queue.Queue[int] = queue.Queue()
@@ -100,7 +104,7 @@ def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None,
                 except queue.Empty:
                     return
                 reference, solution = pairs[index]
-                done.put((index, _Check(reference, solution, local, cancel, env).run()))
+                done.put((index, _Check(reference, solution, local, cancel, env, pool).run()))
         finally:
             done.put(None)  # this slot has finished
 
@@ -108,7 +112,7 @@ def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None,
     # The workers of the next checks start while a check runs: one check ahead, two where the cores allow, since a
     # spare needs longer to warm up (torch, the CUDA context, the profiler's imports) than a warm check takes.
     ahead = 2 if (os.cpu_count() or 1) >= 8 else 1
-    with process.spares_while(2 * ahead):
+    with pool.spares_while(2 * ahead):
         for thread in threads:
             thread.start()
         try:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from dice_lsp.harness import light
 from dice_lsp.harness.cache import BuildLock, content_key
 
 # load_inline's implicit includes, checked against torch/utils/cpp_extension.py: main.cpp gets one line before the
@@ -108,12 +109,13 @@ def import_library(name: str, path: str) -> Any:
 class Builder:
     """Replaces torch's load_inline in this process; records every call in `extensions`."""
 
-    def __init__(self, root: str, light: bool, arch: str) -> None:
+    def __init__(self, root: str, try_light: bool, arch: str) -> None:
+        # torch only here: the caller's process reads this module's Extension and Segment (messages) without it
         import torch
         import torch.utils.cpp_extension as cpp_extension
 
         self.root = Path(root)
-        self.light = light
+        self.light = try_light
         self.arch = arch
         self.extensions: list[Extension] = []
         self.cpp_extension = cpp_extension
@@ -155,8 +157,6 @@ class Builder:
                 record.layout = self._layout(mode, cpp, cuda)
                 return import_library(name, library.strip())
         if self.light and cuda and p.get("is_python_module", True) and not p.get("no_implicit_headers"):
-            from dice_lsp.harness import light
-
             try:
                 library = light.build(name, cpp, cuda, p, directory / "light", self.original)
                 module = import_library(name, library)
@@ -193,8 +193,6 @@ class Builder:
 
     def _layout(self, mode: str, cpp: list[str], cuda: list[str]) -> dict[str, list[Segment]]:
         if mode == "light":
-            from dice_lsp.harness import light
-
             return light.layout(cpp, cuda)
         return layout(cpp, cuda, MAIN_CPP_HEADER, CUDA_CU_HEADER)
 

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from dice_lsp.anatomy.positions import LineIndex
 from dice_lsp.anatomy.types import Anatomy, Span
 
+from dice_lsp.harness.build import Segment
 from dice_lsp.harness.report import Diagnostic
+
+Layout = dict[str, list[Segment]]  # a build's generated files, each as the source strings it holds (build.layout)
 
 # g++:  /x/main.cpp:12:5: error: 'foo' was not declared in this scope
 # nvcc: /x/cuda.cu(12): error: identifier "foo" is undefined   (the column comes from the caret line below)
@@ -58,7 +61,7 @@ def _caret_column(lines: list[str], i: int) -> int:
     return 1
 
 
-def place(raws: list[Raw], layouts: list[dict], anatomy: Anatomy | None, text: str) -> list[Diagnostic]:
+def place(raws: list[Raw], layouts: list[Layout], anatomy: Anatomy | None, text: str) -> list[Diagnostic]:
     """Map each raw diagnostic into the Python file; ones outside any source string land on the load_inline call."""
     index = LineIndex(text)
     result: list[Diagnostic] = []
@@ -76,12 +79,12 @@ def place(raws: list[Raw], layouts: list[dict], anatomy: Anatomy | None, text: s
     return result
 
 
-def _locate(raw: Raw, file: str, layouts: list[dict], anatomy: Anatomy | None) -> Span | None:
+def _locate(raw: Raw, file: str, layouts: list[Layout], anatomy: Anatomy | None) -> Span | None:
     if anatomy is None:
         return None
     for layout in layouts:
         for segment in layout.get(file, ()):
-            first, count, value = segment["first"], segment["count"], segment["value"]
+            first, count, value = segment.first, segment.count, segment.value
             if not first <= raw.line < first + count:
                 continue
             for source in anatomy.sources:

@@ -1,6 +1,7 @@
 """The harness's one error type; `kind` says what went wrong so callers can turn it into a report status.
 
-Kinds: "timeout" (a stage ran past its limit), "died" (the worker process ended), "cancelled", "setup".
+Kinds: "timeout" (a stage ran past its limit), "died" (the worker process ended), "crashed" (the worker sent a reply
+that does not decode: it is ended too), "cancelled", "setup".
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import threading
 from typing import Any, Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile  # loaded with torch itself: no cost of its own
 
 
 def precision_state() -> dict[str, Any]:
@@ -41,8 +42,6 @@ def new_threads_since(before: set[int | None]) -> list[str]:
 
 def kernels(forward: Callable[[], Any], own: list[str], repeats: int = 3) -> list[dict[str, Any]]:
     """Each GPU kernel's share of forward's device time, marking the solution's own kernels."""
-    from torch.profiler import ProfilerActivity, profile
-
     with torch.no_grad():
         forward()
         torch.cuda.synchronize()

@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+from dice_lsp.anatomy.cuda import read_functions
+
 from dice_lsp.harness.cache import BuildLock
 
 _TORCH_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"](torch|ATen|c10|pybind11)/[^\n]*$", re.M)
@@ -67,8 +69,6 @@ def _blank(text: str, start: int, end: int, replacement: str = "") -> str:
 
 def split(value: str) -> tuple[str, str]:
     """(kernel unit text, host unit text) for one CUDA source string."""
-    from dice_lsp.anatomy.cuda import read_functions
-
     functions, errors = read_functions(value)
     if errors:
         raise LightBuildError("the CUDA source does not parse")
@@ -148,6 +148,7 @@ def _top_level_split(text: str) -> list[str]:
 
 def probe(arguments: dict[str, Any], directory: Path, original: Callable[..., Any]) -> dict[str, str]:
     """Let load_inline write main.cpp and build.ninja as it would, stop it before ninja runs, read its flags."""
+    # torch only here: the caller's process imports this module (through build's types) and must not load torch
     import torch.utils.cpp_extension as cpp_extension
 
     saved = cpp_extension._run_ninja_build

@@ -1,6 +1,7 @@
 """How a check runs: trials, tolerance, time limits, baselines and resource limits for the worker processes.
 
-One frozen dataclass, sent to every worker as JSON; `Options.from_settings` reads the editor's `dice.*` settings.
+One frozen dataclass, sent to every worker as JSON (`to_dict`, read back by `from_dict`); the server makes it from the
+editor's `dice.*` settings (`dice_lsp.checking.check_options`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Options:
     file_size_limit_mb: int = 2048  # no single file a worker writes may grow past this
     cpu_time_limit_s: int = 3600
     cache_dir: str = ""  # "" -> ~/.cache/dice-lsp/extensions
+    cuda_home: str = ""  # the CUDA toolkit builds use (nvcc in bin/); "" -> CUDA_HOME, else /usr/local/cuda
     light_build: bool = True  # try split translation units with lighter headers first
     tiny_output_ratio: float = 0.05  # relative L2 error above this flags "tiny-output" even when allclose passes
     precision_ratio: float = 1e-4  # relative L2 error above this (fp32 reference) flags "precision"
@@ -58,17 +60,3 @@ class Options:
 
     def with_(self, **changes: Any) -> Options:
         return replace(self, **changes)
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> Options:
-        """Options from `dice_lsp.settings.Settings` (duck-typed, so the harness does not import the server)."""
-        return cls(
-            correctness_trials=settings.correctness_trials,
-            timing_trials=settings.timing_trials,
-            atol=settings.tolerance,
-            rtol=settings.tolerance,
-            baseline=settings.baseline,
-            device=settings.device,
-            build_timeout=settings.build_timeout,
-            run_timeout=settings.run_timeout,
-        )

@@ -9,6 +9,8 @@ come back by CUDA IPC on a GPU (a file otherwise), and only the reference worker
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import tempfile
 import threading
 import time
@@ -16,31 +18,31 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from dice_lsp.anatomy import parse
 from dice_lsp.anatomy.types import Anatomy, Finding, Span
 
 from dice_lsp.harness import diagnostics, findings, process, samples
+from dice_lsp.harness.build import Extension
 from dice_lsp.harness.cache import clean_stale_locks
 from dice_lsp.harness.errors import HarnessError
+from dice_lsp.harness.messages import (Build, Command, Compare, Failed, Inspect, MakeReference, Ran, Reply,
+                                       RunSolution, SaveOutputs, Time)
 from dice_lsp.harness.options import Options
-from dice_lsp.harness.report import KernelShare, Report, Stage, Timing, Trial
+from dice_lsp.harness.process import WorkerPool
+from dice_lsp.harness.report import Report, Stage, Timing, Trial
 
-
-def parse(text: str, reference: Anatomy | None = None) -> Anatomy | None:
-    try:
-        from dice_lsp.anatomy import parse as anatomy_parse
-    except ImportError:  # anatomy's parser missing from this checkout: run-time checks still work
-        return None
-    return anatomy_parse(text, reference)
+log = logging.getLogger(__name__)
 
 
 class _Check:
     """One check in progress; `workers` is shared with `Run.cancel`, which may kill them from another thread."""
 
     def __init__(self, reference: str, solution: str, options: Options, cancel: threading.Event,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, pool: WorkerPool | None = None) -> None:
         self.reference, self.solution, self.options = reference, solution, options
         self.cancel = cancel
         self.extra_env = extra_env or {}
+        self.pool = pool or process.default_pool  # where its workers come from and its reference worker is kept
         self.workers: list[process.Worker] = []
         self.stages: list[Stage] = []
         self.findings: list[Finding] = []
@@ -81,11 +83,12 @@ class _Check:
             return
         for name in ("outputs.pt", "outputs.json"):  # never compared by the next check
             (Path(kept.exchange) / name).unlink(missing_ok=True)
-        process.keep_reference(self.key, kept)
+        self.pool.keep_reference(self.key, kept)
 
     def _failed(self, error: HarnessError) -> Report:
         stage = getattr(error, "stage", "")
-        if error.kind == "cancelled":
+        # Cancelled, whatever the error: `Run.cancel` kills the solution's worker, whose end may be seen first
+        if error.kind == "cancelled" or self.cancel.is_set():
             return self.report("cancelled", "cancelled")
         if error.kind == "timeout":
             self.stages.append(Stage(stage, "timed-out"))
@@ -102,15 +105,15 @@ class _Check:
             return Span(0, 0)
         return model.forward or model.name_span
 
-    def call(self, worker: process.Worker, op: str, stage: str, timeout: float, **payload: Any) -> dict[str, Any]:
+    def call(self, worker: process.Worker, command: Command, stage: str, timeout: float) -> Reply:
         try:
-            worker.send(op, **payload)
+            worker.send(command)
             return worker.receive(timeout, self.cancel, stage)
         except HarnessError as error:
             error.stage = stage
             raise
 
-    def receive(self, worker: process.Worker, stage: str, timeout: float) -> dict[str, Any]:
+    def receive(self, worker: process.Worker, stage: str, timeout: float) -> Reply:
         try:
             return worker.receive(timeout, self.cancel, stage)
         except HarnessError as error:
@@ -119,7 +122,6 @@ class _Check:
 
     def _run(self) -> Report:
         options = self.options.with_(cache_dir=self.options.extensions_dir)
-        payload = options.to_dict()
         started = time.perf_counter()
         reference_anatomy = parse(self.reference)
         self.anatomy = parse(self.solution, reference_anatomy)
@@ -132,91 +134,91 @@ class _Check:
         self.stage("parse", started)
 
         self.key = process.reference_key(self.reference, options, self.extra_env)
-        self.kept = process.take_reference(self.key)
+        self.kept = self.pool.take_reference(self.key)
         fresh = self.kept is None
         if self.kept is None:
-            self.kept = process.KeptReference(process.start(options, self.extra_env),
+            self.kept = process.KeptReference(self.pool.start(options, self.extra_env),
                                               tempfile.mkdtemp(prefix="dice-exchange-"))
         reference, exchange = self.kept.worker, self.kept.exchange
         self.workers.append(reference)
-        solution = process.start(options, self.extra_env)
+        solution = self.pool.start(options, self.extra_env)
         self.workers.append(solution)
         if self.cancel.is_set():
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()
         # A kept reference worker hands its trial inputs to the solution's worker over CUDA IPC, before the solution
         # is imported there (stages._receive_inputs); a new one writes them to the exchange file, read at verify
-        handout = None if fresh or self.kept.reply is None else self.kept.reply.get("handout")
-        solution.send("build", path=solution.file("solution.py", self.solution), options=payload, handout=handout)
+        handout = None if fresh or self.kept.reply is None else self.kept.reply.handout
+        solution.send(Build(path=solution.file("solution.py", self.solution), options=options, handout=handout))
         if fresh:
-            reference.send("reference", path=reference.file("reference.py", self.reference), options=payload,
-                           exchange=exchange)
+            reference.send(MakeReference(path=reference.file("reference.py", self.reference), options=options,
+                                         exchange=exchange))
         built = self.receive(solution, "build", options.build_timeout)
-        extensions = built.get("extensions", [])
-        self.fields["build_cached"] = bool(extensions) and all(e["cached"] for e in extensions)
-        self.fields["build_mode"] = ",".join(sorted({e["mode"] for e in extensions if e["mode"]}))
-        if not built["ok"]:
-            failed = [e for e in extensions if not e["ok"]]
+        extensions = built.extensions
+        self.fields["build_cached"] = bool(extensions) and all(e.cached for e in extensions)
+        self.fields["build_mode"] = ",".join(sorted({e.mode for e in extensions if e.mode}))
+        if isinstance(built, Failed):
+            failed = [e for e in extensions if not e.ok]
             if failed:
                 self.stage("build", started, "failed")
                 return self.compile_error(failed)
-            self.stage("build", started, "failed", built["error"])
-            return self.report("crashed", f"importing the solution failed: {built['error']}", log=built["traceback"])
+            self.stage("build", started, "failed", built.error)
+            return self.report("crashed", f"importing the solution failed: {built.error}", log=built.traceback)
         self.stage("build", started)
-        if not built["has_model_new"]:
+        if not built.has_model_new:
             return self.report("invalid", "the solution defines no class ModelNew")
         warnings = diagnostics.place(
-            [r for e in extensions for r in diagnostics.parse(e["output"])], [e["layout"] for e in extensions],
+            [r for e in extensions for r in diagnostics.parse(e.output)], [e.layout for e in extensions],
             self.anatomy, self.solution)
         self.fields["diagnostics"] = tuple(warnings)
-        if any(e["with_cuda"] for e in extensions) and (options.device == "cpu" or not built["cuda_available"]):
+        if any(e.with_cuda for e in extensions) and (options.device == "cpu" or not built.cuda_available):
             return self.report("built-not-run", "built, not run: no GPU")
 
         started = time.perf_counter()
         ref, reused = self.kept.reply, self.kept.reply is not None
         if ref is None:
             ref = self.receive(reference, "reference", options.run_timeout)
-        if not ref["ok"]:
-            self.stage("reference", started, "failed", ref["error"])
-            return self.report("invalid", f"the reference failed: {ref['error']}", log=ref["traceback"])
+        if isinstance(ref, Failed):
+            self.stage("reference", started, "failed", ref.error)
+            return self.report("invalid", f"the reference failed: {ref.error}", log=ref.traceback)
         self.kept.reply = ref
         self.stage("reference", started, detail="kept from the last check of this reference" if reused else "")
-        self.fields.update(device=ref["device"], tf32=ref["tf32"], cudnn_tf32=ref["cudnn_tf32"])
-        return self.verify_and_time(reference, solution, exchange, ref)
+        self.fields.update(device=ref.device, tf32=ref.tf32, cudnn_tf32=ref.cudnn_tf32)
+        return self.verify_and_time(reference, solution, exchange, ref.dtypes)
 
-    def compile_error(self, failed: list[dict[str, Any]]) -> Report:
-        raws = [r for e in failed for r in diagnostics.parse(e["output"])]
-        placed = diagnostics.place(raws, [e["layout"] for e in failed], self.anatomy, self.solution)
+    def compile_error(self, failed: list[Extension]) -> Report:
+        raws = [r for e in failed for r in diagnostics.parse(e.output)]
+        placed = diagnostics.place(raws, [e.layout for e in failed], self.anatomy, self.solution)
         errors = [d for d in placed if d.severity == "error"]
-        message = errors[0].message if errors else f"building extension {failed[0]['name']!r} failed"
-        tail = failed[0]["output"][-4000:]
+        message = errors[0].message if errors else f"building extension {failed[0].name!r} failed"
+        tail = failed[0].output[-4000:]
         return self.report("compile-error", message, diagnostics=tuple(placed), log=tail)
 
     def verify_and_time(self, reference: process.Worker, solution: process.Worker, exchange: str,
-                        ref: dict[str, Any]) -> Report:
+                        reference_dtypes: tuple[str, ...]) -> Report:
         options = self.options
         started = time.perf_counter()
-        ran = self.call(solution, "run", "verify", options.run_timeout, exchange=exchange, share=True)
-        if not ran["ok"]:
-            self.stage("verify", started, "failed", ran["error"])
-            self.findings.append(Finding("crash", f"forward raised {ran['error']}", self.forward_span(), "error"))
-            return self.report("crashed", ran["error"], log=ran["traceback"])
-        compared = self.call(reference, "compare", "verify", options.run_timeout, exchange=exchange)
-        handed = "outputs by CUDA IPC" if ran.get("outputs") == "shared" else "outputs through a file"
-        if compared.get("unshared"):  # the reference worker could not open the outputs shared by CUDA IPC
-            handed = f"outputs through a file (CUDA IPC failed: {compared['unshared']})"
-            saved = self.call(solution, "save-outputs", "verify", options.run_timeout, exchange=exchange)
-            if not saved["ok"]:
-                raise HarnessError(f"writing the outputs failed: {saved['error']}", "died", saved["traceback"])
-            compared = self.call(reference, "compare", "verify", options.run_timeout, exchange=exchange)
-        handed = ("inputs by CUDA IPC, " if ran.get("inputs") == "shared" else "inputs through a file, ") + handed
-        if not compared["ok"]:
+        ran = self.call(solution, RunSolution(exchange=exchange, share=True), "verify", options.run_timeout)
+        if isinstance(ran, Failed):
+            self.stage("verify", started, "failed", ran.error)
+            self.findings.append(Finding("crash", f"forward raised {ran.error}", self.forward_span(), "error"))
+            return self.report("crashed", ran.error, log=ran.traceback)
+        compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
+        handed = "outputs by CUDA IPC" if ran.outputs == "shared" else "outputs through a file"
+        if not isinstance(compared, Failed) and compared.unshared:  # the outputs shared by CUDA IPC did not open
+            handed = f"outputs through a file (CUDA IPC failed: {compared.unshared})"
+            saved = self.call(solution, SaveOutputs(exchange=exchange), "verify", options.run_timeout)
+            if isinstance(saved, Failed):
+                raise HarnessError(f"writing the outputs failed: {saved.error}", "died", saved.traceback)
+            compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
+        handed = ("inputs by CUDA IPC, " if ran.inputs == "shared" else "inputs through a file, ") + handed
+        if isinstance(compared, Failed):
             reference.kill()  # its state is unknown now: never kept for another check
-            raise HarnessError(compared["error"], "died", compared.get("traceback", ""))
-        trials = tuple(Trial(**{k: v for k, v in t.items() if k != "dtype_notes"}) for t in compared["trials"])
+            raise HarnessError(compared.error, "died", compared.traceback)
+        trials = tuple(Trial(**{f.name: getattr(t, f.name) for f in dataclasses.fields(Trial)})
+                       for t in compared.trials)
         self.fields["trials"] = trials
-        self.findings.extend(findings.from_trials(compared["trials"], ref.get("dtypes", []), options,
-                                                  self.forward_span()))
+        self.findings.extend(findings.from_trials(compared.trials, reference_dtypes, options, self.forward_span()))
         self.findings.extend(findings.from_run(ran, options, self.forward_span()))
         tiny = next((f for f in self.findings if f.code == "tiny-output"), None)
         correct = all(t.passed for t in trials) and tiny is None
@@ -237,17 +239,19 @@ class _Check:
         self.inspect(solution, ran)  # after timing: the profiler's hooks stay in the process and slow launches
         return self.report("correct")
 
-    def inspect(self, solution: process.Worker, ran: dict[str, Any]) -> None:
+    def inspect(self, solution: process.Worker, ran: Ran) -> None:
         """Which kernels ran during forward (profiler names against anatomy's), each one's share of GPU time."""
-        if ran["device"] == "cpu":
+        if ran.device == "cpu":
             return
         started = time.perf_counter()
-        kernels = [k.name for k in self.anatomy.kernels] if self.anatomy else []
-        seen = self.call(solution, "inspect", "inspect", self.options.run_timeout, kernels=kernels)
-        if seen["ok"]:
-            self.fields["kernels"] = tuple(KernelShare(**k) for k in seen["kernels"])
-            self.findings.extend(findings.from_kernels(seen["kernels"], self.anatomy))
-        self.stage("inspect", started, "ok" if seen["ok"] else "failed", seen.get("error", ""))
+        kernels = tuple(k.name for k in self.anatomy.kernels) if self.anatomy else ()
+        seen = self.call(solution, Inspect(kernels=kernels), "inspect", self.options.run_timeout)
+        if isinstance(seen, Failed):
+            self.stage("inspect", started, "failed", seen.error)
+            return
+        self.fields["kernels"] = seen.kernels
+        self.findings.extend(findings.from_kernels(seen.kernels, self.anatomy))
+        self.stage("inspect", started)
 
     def time(self, reference: process.Worker, solution: process.Worker) -> Report | None:
         """Time every side; None when the solution was timed, a report when it crashed while timed.
@@ -262,10 +266,10 @@ class _Check:
         if options.baseline in ("compile", "both"):
             sides.append(("compile", reference, True))
         rounds = max(1, options.timing_rounds)
-        per_round = {"trials": -(-options.timing_trials // rounds), "budget_s": options.timing_budget_s / rounds}
+        trials, budget_s = -(-options.timing_trials // rounds), options.timing_budget_s / rounds
         parts: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}
         failed: set[str] = set()
-        with process.quiet():  # no spare warms up beside a timed forward
+        with self.pool.quiet():  # no spare warms up beside a timed forward
             for turn in range(rounds):
                 # Later rounds follow other sides' forwards on a GPU at full clock: one forward, or a quarter of the
                 # first round's warm-up time, brings the side back (at 5 ms a forward, each extra warm-up forward
@@ -275,18 +279,19 @@ class _Check:
                 for name, worker, compiled in sides if turn % 2 == 0 else sides[::-1]:
                     if name in failed:
                         continue
-                    answer = self.call(worker, "time", "time", options.run_timeout, compile=compiled, warmup=warmup,
-                                       warm_s=warm_s, round=turn, check=self.token, **per_round)
-                    if not answer["ok"]:
+                    command = Time(compiled=compiled, trials=trials, warmup=warmup, budget_s=budget_s,
+                                   warm_s=warm_s, round=turn, check=self.token)
+                    answer = self.call(worker, command, "time", options.run_timeout)
+                    if isinstance(answer, Failed):
                         if name == "solution":
-                            self.findings.append(Finding("crash", f"forward raised {answer['error']} while timed",
+                            self.findings.append(Finding("crash", f"forward raised {answer.error} while timed",
                                                          self.forward_span(), "error"))
-                            self.stage("time", started, "failed", answer["error"])
-                            return self.report("crashed", answer["error"], log=answer["traceback"])
-                        self.stage("time", started, "failed", f"{name}: {answer['error']}")
+                            self.stage("time", started, "failed", answer.error)
+                            return self.report("crashed", answer.error, log=answer.traceback)
+                        self.stage("time", started, "failed", f"{name}: {answer.error}")
                         failed.add(name)
                         continue
-                    parts[name].append(answer["timing"])
+                    parts[name].append(dataclasses.asdict(answer.timing))
         raw = {name: samples.pool(part, options.timing_trials) for name, part in parts.items()
                if part and name not in failed}
         for timing in raw.values():
@@ -307,41 +312,49 @@ class _Check:
 
 
 def check(reference: str, solution: str, options: Options | None = None,
-          cancel: threading.Event | None = None, extra_env: dict[str, str] | None = None) -> Report:
-    """Check `solution` (text of a file with ModelNew) against `reference` (text with Model and get_inputs)."""
-    return _Check(reference, solution, options or Options(), cancel or threading.Event(), extra_env).run()
+          cancel: threading.Event | None = None, extra_env: dict[str, str] | None = None,
+          pool: WorkerPool | None = None) -> Report:
+    """Check `solution` (text of a file with ModelNew) against `reference` (text with Model and get_inputs).
+    `pool`: where the workers come from and the reference worker may be kept (None: `process.default_pool`)."""
+    return _Check(reference, solution, options or Options(), cancel or threading.Event(), extra_env, pool).run()
 
 
 class Run:
-    """A check on a background thread; `cancel()` kills its workers' process trees at once."""
+    """A check on a background thread, started by `start()`; `cancel()` kills its solution's worker at once.
+    `on_done(report)` is called on that thread when the check ends, whatever ended it."""
 
     def __init__(self, reference: str, solution: str, options: Options | None = None,
-                 on_done: Callable[[Report], None] | None = None) -> None:
-        self._check = _Check(reference, solution, options or Options(), threading.Event())
+                 on_done: Callable[[Report], None] | None = None, pool: WorkerPool | None = None) -> None:
+        self._check = _Check(reference, solution, options or Options(), threading.Event(), pool=pool)
         self._report: Report | None = None
         self._done = threading.Event()
         self._on_done = on_done
         self._thread = threading.Thread(target=self._main, name="dice-harness-run", daemon=True)
+
+    def start(self) -> Run:
         self._thread.start()
+        return self
 
     def _main(self) -> None:
         try:
             self._report = self._check.run()
-        except Exception as error:  # a harness bug must still end the run with a report
-            self._report = Report("crashed", f"harness error: {type(error).__name__}: {error}")
+        except Exception as error:  # a harness bug must still end the run with a report, never kill the caller
+            log.exception("check failed")
+            self._report = Report("crashed", f"dice-lsp's harness failed: {type(error).__name__}: {error}")
         self._done.set()
         if self._on_done is not None:
             self._on_done(self._report)
 
     def cancel(self) -> None:
-        """Kill the solution's worker (and its compilers) now; the reference worker is kept for the next check when
-        it was idle or still making the reference's trials (a save during a build should not cost the reference
-        stage again), else closed when the check's thread ends."""
+        """Kill the solution's worker (and its compilers) now, without waiting for it: the check's thread sees the
+        cancel, closes it and reports "cancelled". The reference worker is kept for the next check when it was idle
+        or still making the reference's trials (a save during a build should not cost the reference stage again),
+        else closed when the check's thread ends."""
         self._check.cancel.set()
         kept = self._check.kept
         for worker in list(self._check.workers):
             if kept is None or worker is not kept.worker:
-                worker.kill()
+                worker.kill(wait=False)
 
     def done(self) -> bool:
         return self._done.is_set()

@@ -22,29 +22,29 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import dice_lsp
+from dice_lsp.harness import messages
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.options import Options
 
-import dice_lsp
-
 # The folder that holds the `dice_lsp` package in use, so `python -m dice_lsp.harness.worker` imports this copy.
 _ROOT = str(Path(dice_lsp.__file__).resolve().parent.parent)
-_spares: dict[tuple, list[Worker]] = {}
-_spares_lock = threading.Lock()
-_spare_count = 0
-_quiet_depth = 0  # how many timed regions are running now (spares stay stopped while any is)
-_guards: list[subprocess.Popen] = []  # one per group of stopped spares: continues them if this process dies
 KEPT_REFERENCES = 2  # reference workers kept between checks while spares are kept (the files being edited)
-_kept: collections.OrderedDict[tuple, KeptReference] = collections.OrderedDict()  # guarded by _spares_lock
+# The longest reply line read from a worker: the longest real ones carry a build's compiler output (a few MiB);
+# past this the worker is writing junk (the candidate can reach the reply pipe) and is ended before it fills memory.
+MAX_REPLY_BYTES = 32 << 20
 
 
 def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
-    if not env.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
+    # The toolkit the options name, else the caller's CUDA_HOME, else the usual place: torch's build in the worker
+    # takes nvcc from CUDA_HOME/bin first
+    if options.cuda_home:
+        env["CUDA_HOME"] = options.cuda_home
+    elif not env.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
         env["CUDA_HOME"] = "/usr/local/cuda"
     limits = {"file_size_mb": options.file_size_limit_mb, "cpu_time_s": options.cpu_time_limit_s,
               "memory_gb": options.memory_limit_gb, "cuda": options.device != "cpu",
@@ -87,26 +87,35 @@ class Worker:
         os.close(write)
         self.reply = read
         self.buffer = b""
-        self.owed = 0  # replies this worker still owes: a kept worker must owe none it has not been asked about
+        # The commands whose replies are still to come, oldest first: a kept worker must owe none it has not been
+        # asked about, and each reply must answer the command it comes for
+        self.pending: collections.deque[type[messages.Command]] = collections.deque()
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    @property
+    def owed(self) -> int:
+        """Replies this worker still owes."""
+        return len(self.pending)
 
     def file(self, name: str, text: str) -> str:
         path = Path(self.directory) / name
         path.write_text(text)
         return str(path)
 
-    def send(self, op: str, **payload: Any) -> None:
+    def send(self, command: messages.Command) -> None:
         try:
-            self.process.stdin.write((json.dumps({"op": op, **payload}) + "\n").encode())
+            self.process.stdin.write((messages.encode_command(command) + "\n").encode())
             self.process.stdin.flush()
-            self.owed += 1
+            self.pending.append(type(command))
         except (BrokenPipeError, OSError) as error:
-            raise HarnessError(f"worker ended before {op}: {self.ending()}", "died", self.log_tail()) from error
+            raise HarnessError(f"worker ended before {command.tag}: {self.ending()}", "died",
+                               self.log_tail()) from error
 
-    def receive(self, timeout: float, cancel: threading.Event | None = None, stage: str = "") -> dict[str, Any]:
+    def receive(self, timeout: float, cancel: threading.Event | None = None, stage: str = "") -> messages.Reply:
+        """The reply to the oldest command sent and not yet answered: its `answer` class, or `messages.Failed`."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
             if cancel is not None and cancel.is_set():  # the check's end closes its workers (a fit reference is kept)
@@ -123,13 +132,32 @@ class Worker:
                     self.process.wait()
                     raise HarnessError(f"{stage or 'worker'} crashed: {self.ending()}", "died", self.log_tail())
                 self.buffer += chunk
+                if len(self.buffer) > MAX_REPLY_BYTES and b"\n" not in chunk:
+                    raise self.malformed(stage, f"a line over {MAX_REPLY_BYTES >> 20} MiB", self.buffer)
         line, self.buffer = self.buffer.split(b"\n", 1)
-        self.owed -= 1
-        return json.loads(line)
+        command = self.pending.popleft() if self.pending else None
+        if len(line) > MAX_REPLY_BYTES:
+            raise self.malformed(stage, f"a line over {MAX_REPLY_BYTES >> 20} MiB", line)
+        try:
+            reply = messages.decode_reply(line)
+        except messages.MessageError as error:
+            raise self.malformed(stage, str(error), line) from None
+        if command is None or not isinstance(reply, (command.answer, messages.Failed)):
+            asked = f"{command.tag} command" if command else "command never sent"
+            raise self.malformed(stage, f"a {reply.tag} reply to a {asked}", line)
+        return reply
 
-    def call(self, op: str, timeout: float, cancel: threading.Event | None = None, **payload: Any) -> dict[str, Any]:
-        self.send(op, **payload)
-        return self.receive(timeout, cancel, op)
+    def call(self, command: messages.Command, timeout: float, cancel: threading.Event | None = None) -> messages.Reply:
+        self.send(command)
+        return self.receive(timeout, cancel, command.tag)
+
+    def malformed(self, stage: str, why: str, line: bytes) -> HarnessError:
+        """The error for a reply that does not decode: the worker is ended (nothing it sends after can be trusted
+        to answer the right command), and the message shows how the line began, cut short."""
+        self.kill()
+        began = line[:200].decode("utf-8", "replace")
+        return HarnessError(f"{stage or 'the worker'} sent a reply that does not decode ({why}); it began "
+                            f"{began!r}{'...' if len(line) > 200 else ''}", "crashed", self.log_tail())
 
     def ending(self) -> str:
         code = self.process.poll()
@@ -187,132 +215,227 @@ class Worker:
 
 
 def _spare_key(options: Options, extra: dict[str, str]) -> tuple:
+    """What a worker's start fixes (its limits, GPU or not, environment): a spare serves only checks that agree."""
     return (options.file_size_limit_mb, options.cpu_time_limit_s, options.memory_limit_gb, options.device != "cpu",
-            tuple(sorted(extra.items())))
+            options.cuda_home, tuple(sorted(extra.items())))
+
+
+def default_spare_count() -> int:
+    """Two checks' worth of spares (4) where there are 8 cores or more, else one check's (2). A spare needs ~6 s to
+    warm up on the H200 machine (torch, the CUDA context, the profiler's imports); with one check's worth, a save
+    within 6 s of the last took half-warm workers (a 5-6 s re-check instead of 0.6 s), and the second pair covers
+    that."""
+    return 4 if (os.cpu_count() or 1) >= 8 else 2
+
+
+class WorkerPool:
+    """The workers that outlive a check: spares (started, torch imported, waiting for the next check), stopped while
+    any timed region runs, and reference workers kept for the next check of the same reference.
+
+    A pool keeps nothing until `keep_warm` (the server) or `spares_while` (batch mode) says how many spares to keep;
+    reference workers are kept only while spares are. `default_pool` is the process's; tests and batch callers may
+    own another."""
+
+    def __init__(self, kept_references: int = KEPT_REFERENCES) -> None:
+        self.spare_count = 0  # spares kept per configuration (`_spare_key`)
+        self.kept_references = kept_references
+        self._lock = threading.Lock()
+        self._spares: dict[tuple, list[Worker]] = {}
+        self._quiet_depth = 0  # how many timed regions are running now (spares stay stopped while any is)
+        self._guards: list[subprocess.Popen] = []  # one per group of stopped spares: continues them if we die
+        self._kept: collections.OrderedDict[tuple, KeptReference] = collections.OrderedDict()
+
+    def keep_warm(self, count: int | None = None) -> None:
+        """Keep `count` started workers per configuration (None: `default_spare_count()`), so a re-check skips the
+        start-up."""
+        self.spare_count = default_spare_count() if count is None else count
+
+    def fill(self, options: Options, extra_env: dict[str, str] | None = None) -> None:
+        """Start spares for `options` up to the kept count now, rather than at the first check."""
+        key = _spare_key(options, extra_env or {})
+        with self._lock:
+            spares = [w for w in self._spares.get(key, []) if w.process.poll() is None]
+            while len(spares) < self.spare_count:
+                spares.append(self._spare(options, extra_env))
+            self._spares[key] = spares
+
+    @contextlib.contextmanager
+    def spares_while(self, count: int):
+        """At least `count` warm spares per configuration while the block runs, the caller's setting after: batch
+        mode starts the next check's workers while the current check runs, so they are warm when it ends."""
+        with self._lock:
+            before = self.spare_count
+            self.spare_count = max(before, count)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.spare_count = before
+            if before == 0:
+                self.close()
+
+    def start(self, options: Options, extra_env: dict[str, str] | None = None) -> Worker:
+        """A fresh worker: a warm spare when one matches, and a new spare started in its place."""
+        key = _spare_key(options, extra_env or {})
+        with self._lock:
+            spares = [w for w in self._spares.get(key, []) if w.process.poll() is None]
+            worker = spares.pop(0) if spares else None
+            while len(spares) < self.spare_count - (0 if worker else 1):
+                spares.append(self._spare(options, extra_env))
+            self._spares[key] = spares
+        if worker is not None:
+            worker.signal(signal.SIGCONT)  # stopped by a timed region that is still running elsewhere
+        return worker or Worker(options, extra_env)
+
+    def _spare(self, options: Options, extra_env: dict[str, str] | None) -> Worker:
+        """A new spare; stopped at once while a timed region runs (called with the lock held)."""
+        worker = Worker(options, extra_env)
+        if self._quiet_depth:
+            self._stop([worker])
+        return worker
+
+    def spares(self, options: Options | None = None, extra_env: dict[str, str] | None = None) -> list[Worker]:
+        """The spares kept now: for `options` and `extra_env`, or every configuration's when options is None."""
+        with self._lock:
+            if options is not None:
+                return list(self._spares.get(_spare_key(options, extra_env or {}), []))
+            return [w for spares in self._spares.values() for w in spares]
+
+    @contextlib.contextmanager
+    def quiet(self):
+        """Every spare stopped (SIGSTOP) while the block runs, continued after: a spare warming up (importing torch,
+        creating a CUDA context) takes CPU from the timed process, and a kernel's time includes its host's launches.
+        On the H200 machine one re-check's eager time came out 2.8x the others' while the next check's spares
+        started."""
+        with self._lock:
+            self._quiet_depth += 1
+            if self._quiet_depth == 1:
+                self._stop([w for spares in self._spares.values() for w in spares])
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._quiet_depth -= 1
+                if self._quiet_depth == 0:
+                    self._continue()
+
+    def _stop(self, workers: list[Worker]) -> None:
+        """Stop `workers`, and start a guard that continues them once its stdin closes: when `quiet` ends, or when
+        this process dies first. Nothing else would: a worker leads its own session, so its process group is
+        orphaned from the start and the kernel's SIGHUP + SIGCONT to newly orphaned groups never comes; it would
+        stay stopped, holding its memory and CUDA context, with nobody left to kill it."""
+        pids = [str(w.pid) for w in workers if w.process.poll() is None]
+        if not pids:
+            return
+        self._guards.append(subprocess.Popen(
+            ["/bin/sh", "-c", 'cat >/dev/null; kill -CONT "$@" 2>/dev/null', "dice-spare-guard", *pids],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        for worker in workers:
+            worker.signal(signal.SIGSTOP)
+
+    def _continue(self) -> None:
+        for spares in self._spares.values():
+            for worker in spares:
+                worker.signal(signal.SIGCONT)
+        while self._guards:
+            guard = self._guards.pop()
+            guard.stdin.close()
+            try:
+                guard.wait(5)
+            except subprocess.TimeoutExpired:
+                guard.kill()
+
+    def close(self) -> None:
+        """Close the spares and the kept reference workers."""
+        with self._lock:
+            for spares in self._spares.values():
+                for worker in spares:
+                    worker.close()
+            self._spares.clear()
+        self.close_references()
+
+    def close_references(self) -> None:
+        """Close the kept reference workers (the next check of each reference runs it again)."""
+        with self._lock:
+            kept = list(self._kept.values())
+            self._kept.clear()
+        for entry in kept:
+            entry.close()
+
+    @property
+    def kept(self) -> dict[tuple, KeptReference]:
+        """The kept reference workers now, least recently kept first."""
+        with self._lock:
+            return dict(self._kept)
+
+    def take_reference(self, key: tuple) -> KeptReference | None:
+        """The kept reference worker for `key`, now owned by the caller; None when there is none fit to use."""
+        with self._lock:
+            entry = self._kept.pop(key, None)
+        if entry is not None and not entry.usable():
+            entry.close()
+            return None
+        return entry
+
+    def keep_reference(self, key: tuple, entry: KeptReference) -> None:
+        """Keep `entry` for the next check of `key` while spares are kept (the server, batch mode); else close it.
+        One entry a key: one kept before for the same key (two checks of one reference ran at once: "Save All") is
+        closed; past `kept_references`, the least recently kept ones are."""
+        if entry.reply is not None and entry.inputs is None:
+            entry.inputs = inputs_stat(entry.exchange)
+        evicted = []
+        with self._lock:
+            if self.spare_count and entry.usable():
+                replaced = self._kept.pop(key, None)
+                if replaced is not None and replaced is not entry:
+                    evicted.append(replaced)
+                self._kept[key] = entry
+                while len(self._kept) > self.kept_references:
+                    evicted.append(self._kept.popitem(last=False)[1])
+            else:
+                evicted.append(entry)
+        for old in evicted:
+            old.close()
+
+
+# The process's own pool; the functions below are its methods, for callers that use no other (the server, the CLI)
+default_pool = WorkerPool()
 
 
 def keep_warm(count: int | None = None) -> None:
-    """Keep `count` started workers (torch already imported) per configuration, so a re-check skips the start-up.
-    None: two checks' worth (4) where there are 8 cores or more, else one check's (2). A spare needs ~6 s to warm
-    up on the H200 machine (torch, the CUDA context, the profiler's imports); with one check's worth, a save within
-    6 s of the last took half-warm workers (a 5-6 s re-check instead of 0.6 s), and the second pair covers that."""
-    global _spare_count
-    _spare_count = count if count is not None else (4 if (os.cpu_count() or 1) >= 8 else 2)
+    default_pool.keep_warm(count)
 
 
 def fill_spares(options: Options, extra_env: dict[str, str] | None = None) -> None:
-    """Start spares for `options` up to the kept count now, rather than at the first check."""
-    key = _spare_key(options, extra_env or {})
-    with _spares_lock:
-        spares = [w for w in _spares.get(key, []) if w.process.poll() is None]
-        while len(spares) < _spare_count:
-            spares.append(Worker(options, extra_env))
-            if _quiet_depth:
-                _stop([spares[-1]])
-        _spares[key] = spares
+    default_pool.fill(options, extra_env)
 
 
-@contextlib.contextmanager
 def spares_while(count: int):
-    """At least `count` warm spares per configuration while the block runs, the caller's setting after: batch mode
-    starts the next check's workers while the current check runs, so they are warm when it ends."""
-    global _spare_count
-    with _spares_lock:
-        before = _spare_count
-        _spare_count = max(before, count)
-    try:
-        yield
-    finally:
-        with _spares_lock:
-            _spare_count = before
-        if before == 0:
-            close_spares()
+    return default_pool.spares_while(count)
 
 
 def start(options: Options, extra_env: dict[str, str] | None = None) -> Worker:
-    """A fresh worker: a warm spare when one matches, and a new spare started in its place."""
-    key = _spare_key(options, extra_env or {})
-    with _spares_lock:
-        spares = [w for w in _spares.get(key, []) if w.process.poll() is None]
-        worker = spares.pop(0) if spares else None
-        while len(spares) < _spare_count - (0 if worker else 1):
-            spares.append(Worker(options, extra_env))
-            if _quiet_depth:
-                _stop([spares[-1]])
-        _spares[key] = spares
-    if worker is not None:
-        worker.signal(signal.SIGCONT)  # stopped by a timed region that is still running elsewhere
-    return worker or Worker(options, extra_env)
+    return default_pool.start(options, extra_env)
 
 
-@contextlib.contextmanager
 def quiet():
-    """Every spare stopped (SIGSTOP) while the block runs, continued after: a spare warming up (importing torch,
-    creating a CUDA context) takes CPU from the timed process, and a kernel's time includes its host's launches.
-    On the H200 machine one re-check's eager time came out 2.8x the others' while the next check's spares started."""
-    global _quiet_depth
-    with _spares_lock:
-        _quiet_depth += 1
-        if _quiet_depth == 1:
-            _stop([w for spares in _spares.values() for w in spares])
-    try:
-        yield
-    finally:
-        with _spares_lock:
-            _quiet_depth -= 1
-            if _quiet_depth == 0:
-                _continue()
-
-
-def _stop(workers: list[Worker]) -> None:
-    """Stop `workers`, and start a guard that continues them once its stdin closes: when `quiet` ends, or when this
-    process dies first. Nothing else would: a worker leads its own session, so its process group is orphaned from
-    the start and the kernel's SIGHUP + SIGCONT to newly orphaned groups never comes; it would stay stopped, holding
-    its memory and CUDA context, with nobody left to kill it."""
-    pids = [str(w.pid) for w in workers if w.process.poll() is None]
-    if not pids:
-        return
-    _guards.append(subprocess.Popen(
-        ["/bin/sh", "-c", 'cat >/dev/null; kill -CONT "$@" 2>/dev/null', "dice-spare-guard", *pids],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-    for worker in workers:
-        worker.signal(signal.SIGSTOP)
-
-
-def _continue() -> None:
-    _signal_spares(signal.SIGCONT)
-    while _guards:
-        guard = _guards.pop()
-        guard.stdin.close()
-        try:
-            guard.wait(5)
-        except subprocess.TimeoutExpired:
-            guard.kill()
-
-
-def _signal_spares(number: int) -> None:
-    for spares in _spares.values():
-        for worker in spares:
-            worker.signal(number)
+    return default_pool.quiet()
 
 
 def close_spares() -> None:
-    """Close the spares and the kept reference workers."""
-    with _spares_lock:
-        for spares in _spares.values():
-            for worker in spares:
-                worker.close()
-        _spares.clear()
-    close_references()
+    default_pool.close()
 
 
 def close_references() -> None:
-    """Close the kept reference workers (the next check of each reference runs it again)."""
-    with _spares_lock:
-        kept = list(_kept.values())
-        _kept.clear()
-    for entry in kept:
-        entry.close()
+    default_pool.close_references()
+
+
+def take_reference(key: tuple) -> KeptReference | None:
+    return default_pool.take_reference(key)
+
+
+def keep_reference(key: tuple, entry: KeptReference) -> None:
+    default_pool.keep_reference(key, entry)
 
 
 @dataclass
@@ -328,7 +451,7 @@ class KeptReference:
 
     worker: Worker
     exchange: str
-    reply: dict[str, Any] | None = None
+    reply: messages.ReferenceMade | None = None
     inputs: tuple[int, int, int] | None = None
 
     def close(self) -> None:
@@ -336,7 +459,8 @@ class KeptReference:
         shutil.rmtree(self.exchange, ignore_errors=True)
 
     def usable(self) -> bool:
-        if self.worker.process.poll() is not None or self.worker.owed != (0 if self.reply is not None else 1):
+        owes = [] if self.reply is not None else [messages.MakeReference]  # the reference stage's, if anything
+        if self.worker.process.poll() is not None or list(self.worker.pending) != owes:
             return False
         return self.inputs is None or self.inputs == inputs_stat(self.exchange)
 
@@ -353,31 +477,3 @@ def reference_key(reference: str, options: Options, extra_env: dict[str, str] | 
     """Same reference text, same options and environment: the same model, inputs and expected outputs."""
     return (hashlib.sha256(reference.encode()).hexdigest(), json.dumps(options.to_dict(), sort_keys=True),
             tuple(sorted((extra_env or {}).items())))
-
-
-def take_reference(key: tuple) -> KeptReference | None:
-    """The kept reference worker for `key`, now owned by the caller; None when there is none fit to use."""
-    with _spares_lock:
-        entry = _kept.pop(key, None)
-    if entry is not None and not entry.usable():
-        entry.close()
-        return None
-    return entry
-
-
-def keep_reference(key: tuple, entry: KeptReference) -> None:
-    """Keep `entry` for the next check of `key` while spares are kept (the server, batch mode); else close it. The
-    least recently kept ones past KEPT_REFERENCES are closed."""
-    if entry.reply is not None and entry.inputs is None:
-        entry.inputs = inputs_stat(entry.exchange)
-    evicted = []
-    with _spares_lock:
-        if _spare_count and entry.usable():
-            _kept.pop(key, None)
-            _kept[key] = entry
-            while len(_kept) > KEPT_REFERENCES:
-                evicted.append(_kept.popitem(last=False)[1])
-        else:
-            evicted.append(entry)
-    for old in evicted:
-        old.close()

@@ -1,6 +1,6 @@
 """The commands a worker answers, one per stage: build, reference, run (solution), compare, inspect, time.
 
-Each takes the worker's `Side` and the command, and returns a JSON-ready dict; files travel through `exchange`.
+Each takes the worker's `Side` and its command (`messages`), and returns its reply; files travel through `exchange`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils.cpp_extension as cpp_extension
 
 from dice_lsp.harness import inspect as runtime
-from dice_lsp.harness import timing, verify
-from dice_lsp.harness.worker import Side, load_module, pick_device
+from dice_lsp.harness import light, timing, verify
+from dice_lsp.harness.build import Builder
+from dice_lsp.harness.messages import (Build, Built, Compare, Compared, Inspect, Inspected, MakeReference,
+                                       OutputsSaved, Prepare, Prepared, Ran, ReferenceMade, RunSolution, SaveOutputs,
+                                       Time, Timed, TimedRound, TrialResult)
+from dice_lsp.harness.report import KernelShare
+from dice_lsp.harness.side import Side, load_module, pick_device
 
 
 def _local_arch(fallback: str) -> str:
@@ -24,20 +30,17 @@ def _local_arch(fallback: str) -> str:
     return fallback
 
 
-def build(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def build(side: Side, command: Build) -> Built:
     """Import the solution: its load_inline calls build (or load from the cache) here."""
-    from dice_lsp.harness.build import Builder
-
-    options = command["options"]
-    side.options = options
-    side.received = _receive_inputs(command.get("handout"))  # first: nothing of the solution's has run here yet
-    arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch(command.get("arch", "9.0"))
+    options = side.options = command.options
+    side.received = _receive_inputs(command.handout)  # first: nothing of the solution's has run here yet
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch(command.arch)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    side.builder = Builder(options["cache_dir"], options["light_build"], arch)
+    side.builder = Builder(options.cache_dir, options.light_build, arch)
     side.builder.install()
-    side.module = load_module(command["path"], "dice_solution")
-    return {"extensions": [e.to_dict() for e in side.builder.extensions], "arch": arch,
-            "cuda_available": torch.cuda.is_available(), "has_model_new": hasattr(side.module, "ModelNew")}
+    side.module = load_module(command.path, "dice_solution")
+    return Built(extensions=tuple(side.builder.extensions), arch=arch, cuda_available=torch.cuda.is_available(),
+                 has_model_new=hasattr(side.module, "ModelNew"))
 
 
 def _receive_inputs(handout: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -60,27 +63,23 @@ def _receive_inputs(handout: dict[str, Any] | None) -> dict[str, Any] | None:
     return received
 
 
-def prepare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def prepare(side: Side, command: Prepare) -> Prepared:
     """Build what every light build shares (the precompiled torch header) ahead of the first check."""
-    import torch.utils.cpp_extension as cpp_extension
-
-    from dice_lsp.harness import light
-
     os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch("9.0")  # as build
-    return {"header": str(light.prepare(Path(command["cache_dir"]), cpp_extension.load_inline))}
+    return Prepared(header=str(light.prepare(Path(command.cache_dir), cpp_extension.load_inline)))
 
 
 EXPECTED_ON_GPU = 0.05  # the share of the GPU's memory a reference worker may keep expected outputs and inputs in
 
 
-def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def reference(side: Side, command: MakeReference) -> ReferenceMade:
     """Build Model after the seed, make every trial's inputs, keep the expected outputs here."""
-    options = side.options = command["options"]
-    side.device = pick_device(options["device"])
-    runtime.set_precision(options["tf32"], options["cudnn_tf32"])
-    module = side.module = load_module(command["path"], "dice_reference")
+    options = side.options = command.options
+    side.device = pick_device(options.device)
+    runtime.set_precision(options.tf32, options.cudnn_tf32)
+    module = side.module = load_module(command.path, "dice_reference")
     init = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
-    torch.manual_seed(options["seed"])
+    torch.manual_seed(options.seed)
     side.model = module.Model(*init).to(side.device).eval()
     trials = []
     # The expected outputs stay on the GPU while they fit in EXPECTED_ON_GPU of its memory: compare reads them in
@@ -97,21 +96,21 @@ def reference(side: Side, command: dict[str, Any]) -> dict[str, Any]:
         return verify.copies(values, on_gpu)
 
     with torch.no_grad():
-        for seed in verify.trial_seeds(options["seed"], options["correctness_trials"]):
+        for seed in verify.trial_seeds(options.seed, options.correctness_trials):
             torch.manual_seed(seed)
             inputs = list(module.get_inputs())
             trials.append((seed, inputs))
             side.expected.append(expected(side.model(*verify.to_device(inputs, side.device))))
-        torch.manual_seed(options["seed"] + verify.CHANGED_SEED_OFFSET)
+        torch.manual_seed(options.seed + verify.CHANGED_SEED_OFFSET)
         changed = list(module.get_inputs())
         side.expected_changed = expected(side.model(*verify.to_device(changed, side.device)))
     side.trials = trials
-    torch.save({"init": init, "trials": trials, "changed": changed}, Path(command["exchange"]) / "inputs.pt")
+    torch.save({"init": init, "trials": trials, "changed": changed}, Path(command.exchange) / "inputs.pt")
     sets = [inputs for _seed, inputs in trials] + [changed]
     size = sum(t.numel() * t.element_size() for inputs in sets for t in inputs if isinstance(t, torch.Tensor))
     handout = _hand_out(side, sets) if side.device.type == "cuda" and size <= room[0] else None
-    return {"device": _device_name(side.device), **runtime.precision_state(), "handout": handout,
-            "dtypes": sorted({str(t.dtype) for out in side.expected for t in out})}
+    return ReferenceMade(device=_device_name(side.device), **runtime.precision_state(), handout=handout,
+                         dtypes=tuple(sorted({str(t.dtype) for out in side.expected for t in out})))
 
 
 def _hand_out(side: Side, sets: list[list[Any]]) -> dict[str, Any] | None:
@@ -133,18 +132,18 @@ def _shareable(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.is_contiguous() and value.numel() > 0
 
 
-def run(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def run(side: Side, command: RunSolution) -> Ran:
     """Build ModelNew after the same seed and run every trial, then the first trial again on changed inputs."""
     options = side.options
-    side.device = pick_device(options["device"])
-    runtime.set_precision(options["tf32"], options["cudnn_tf32"])
+    side.device = pick_device(options.device)
+    runtime.set_precision(options.tf32, options.cudnn_tf32)
     before = runtime.precision_state()
     # Mapped, not read: a kept reference's inputs stay in the page cache between checks, and with 4096x4096 inputs
     # reading them into fresh memory took most of a second (the mapping is private: writes never reach the file)
-    data = torch.load(Path(command["exchange"]) / "inputs.pt", weights_only=False, mmap=True)
-    torch.manual_seed(options["seed"])
+    data = torch.load(Path(command.exchange) / "inputs.pt", weights_only=False, mmap=True)
+    torch.manual_seed(options.seed)
     side.model = side.module.ModelNew(*data["init"]).to(side.device).eval()
-    sharing = bool(command.get("share")) and side.device.type == "cuda"
+    sharing = command.share and side.device.type == "cuda"
     outputs, threads_before = [], runtime.thread_ids()
     with torch.no_grad():
         first = None
@@ -164,11 +163,11 @@ def run(side: Side, command: dict[str, Any]) -> dict[str, Any]:
             torch.cuda.synchronize()
     threads = runtime.new_threads_since(threads_before)
     side.outputs = {"trials": outputs, "changed": changed_out}
-    handed = _hand_over(side, Path(command["exchange"]), sharing)
+    handed = _hand_over(side, Path(command.exchange), sharing)
     after = runtime.precision_state()
-    return {"device": _device_name(side.device), "changed_tensors": count, "threads": threads,
-            "precision_before": before, "precision_after": after, "outputs": handed,
-            "inputs": "shared" if received else "file"}
+    return Ran(device=_device_name(side.device), changed_tensors=count, threads=tuple(threads),
+               precision_before=before, precision_after=after, outputs=handed,
+               inputs="shared" if received else "file")
 
 
 def _inputs(from_file: list[Any], received: list[Any] | None, device: torch.device) -> list[Any]:
@@ -191,16 +190,20 @@ def _hand_over(side: Side, exchange: Path, sharing: bool) -> str:
         else:
             (exchange / "outputs.json").write_text(json.dumps(described))
             return "shared"
-    save_outputs(side, {"exchange": str(exchange)})
+    _save_outputs(side, exchange)
     return "file"
 
 
-def save_outputs(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def save_outputs(side: Side, command: SaveOutputs) -> OutputsSaved:
     """Write the last run's outputs to outputs.pt: the fallback when the reference worker cannot open shared ones."""
+    _save_outputs(side, Path(command.exchange))
+    return OutputsSaved()
+
+
+def _save_outputs(side: Side, exchange: Path) -> None:
     outputs = side.outputs
     torch.save({"trials": [verify.detach_cpu(out) for out in outputs["trials"]],
-                "changed": verify.detach_cpu(outputs["changed"])}, Path(command["exchange"]) / "outputs.pt")
-    return {}
+                "changed": verify.detach_cpu(outputs["changed"])}, exchange / "outputs.pt")
 
 
 # Measured on the 16-core H200 machine: comparing two 512x512 outputs took 2.7 s in a worker while the next check's
@@ -210,7 +213,7 @@ def save_outputs(side: Side, command: dict[str, Any]) -> dict[str, Any]:
 COMPARE_THREADS = 4
 
 
-def compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def compare(side: Side, command: Compare) -> Compared:
     """Reference side: compare the solution's outputs file against the expected outputs kept in memory."""
     threads = torch.get_num_threads()
     torch.set_num_threads(min(threads, COMPARE_THREADS))
@@ -220,8 +223,8 @@ def compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(threads)
 
 
-def _compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
-    exchange = Path(command["exchange"])
+def _compare(side: Side, command: Compare) -> Compared:
+    exchange = Path(command.exchange)
     if (exchange / "outputs.pt").exists():
         got = torch.load(exchange / "outputs.pt", weights_only=True, mmap=True)
     else:
@@ -230,50 +233,54 @@ def _compare(side: Side, command: dict[str, Any]) -> dict[str, Any]:
             got = {"trials": [verify.receive(out) for out in described["trials"]],
                    "changed": verify.receive(described["changed"])}
         except Exception as error:  # the caller asks for outputs.pt and compares again
-            return {"unshared": f"{type(error).__name__}: {error}"}
-    atol, rtol = side.options["atol"], side.options["rtol"]
+            return Compared(unshared=f"{type(error).__name__}: {error}")
+    atol, rtol = side.options.atol, side.options.rtol
     trials = []
     device = side.device if side.device.type == "cuda" else None  # on the GPU: 16 M elements in ms, not seconds
     for (seed, _inputs), expected, outputs in zip(side.trials, side.expected, got["trials"]):
-        trials.append({"seed": seed, **verify.compare(outputs, expected, atol, rtol, device)})
+        trials.append(TrialResult(seed=seed, **verify.compare(outputs, expected, atol, rtol, device)))
     changed = verify.compare(got["changed"], side.expected_changed, atol, rtol, device)
-    trials.append({"seed": side.options["seed"] + verify.CHANGED_SEED_OFFSET, **changed, "changed_inputs": True})
+    trials.append(TrialResult(seed=side.options.seed + verify.CHANGED_SEED_OFFSET, **changed, changed_inputs=True))
     norms = [verify.norm(t, device) for out in side.expected for t in out]
-    return {"trials": trials, "reference_norm": max(norms) if norms else 0.0}
+    return Compared(trials=tuple(trials), reference_norm=max(norms) if norms else 0.0)
 
 
-def inspect(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def inspect(side: Side, command: Inspect) -> Inspected:
     """Solution side: which kernels ran during forward and their share of its GPU time."""
     side.outputs = None  # compared by now: the GPU copies handed over go
     if side.device.type != "cuda":
-        return {"kernels": []}
+        return Inspected(kernels=())
     inputs = side.trials[0][1]
-    return {"kernels": runtime.kernels(lambda: side.model(*inputs), command.get("kernels", []))}
+    seen = runtime.kernels(lambda: side.model(*inputs), list(command.kernels))
+    return Inspected(kernels=tuple(KernelShare(**row) for row in seen))
 
 
-def time(side: Side, command: dict[str, Any]) -> dict[str, Any]:
+def time(side: Side, command: Time) -> Timed:
     """Time forward on the first trial's inputs: the solution, or the reference eager or under torch.compile.
     One round of several: the command says how many trials, warm-up forwards and seconds this round gets."""
     options = side.options
     side.outputs = None  # compared by now: the GPU copies handed over go before anything is timed
-    runtime.set_precision(options["tf32"], options["cudnn_tf32"])
-    if side.timed_check != command.get("check") or side.timed_inputs is None:  # copied once a check, not a round
-        side.timed_inputs, side.timed_check = None, command.get("check")  # the last check's copies go first
+    runtime.set_precision(options.tf32, options.cudnn_tf32)
+    if side.timed_check != command.check or side.timed_inputs is None:  # copied once a check, not a round
+        side.timed_inputs, side.timed_check = None, command.check  # the last check's copies go first
         on_gpu = side.handout[0] if side.handout else [None] * len(side.trials[0][1])
         first = [verify.to_device(v, side.device) if g is None else g.clone()  # never the handout itself
                  for v, g in zip(side.trials[0][1], on_gpu)]
         side.timed_inputs = timing.placements(first, side.device)
     model = side.model
-    if command.get("compile"):
+    if command.compiled:
         if side.compiled is None:  # compiled once; later rounds reuse it
             side.compiled = torch.compile(side.model)
         model = side.compiled
     forwards = [lambda inputs=inputs: model(*inputs) for inputs in side.timed_inputs]
-    result = timing.measure(forwards, side.device, command.get("trials", options["timing_trials"]),
-                            command.get("warmup", options["warmup_trials"]),
-                            command.get("budget_s", options.get("timing_budget_s", 0.0)),
-                            command.get("warm_s", 0.0))
-    return {"timing": result, **runtime.precision_state()}
+    result = timing.measure(forwards, side.device, _given(command.trials, options.timing_trials),
+                            _given(command.warmup, options.warmup_trials),
+                            _given(command.budget_s, options.timing_budget_s), command.warm_s)
+    return Timed(timing=TimedRound(**result), **runtime.precision_state())
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def _device_name(device: torch.device) -> str:

@@ -5,9 +5,13 @@ Every solution built from `add_solution.py` shares one C++ extension (one build)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+
+from dice_lsp.harness import Options, messages
 
 FILES = Path(__file__).parent / "files"
 
@@ -35,10 +39,20 @@ def cache_dir(cache_root) -> str:
 
 @pytest.fixture(scope="session")
 def options(cache_dir):
-    from dice_lsp.harness import Options
-
     return Options(cache_dir=cache_dir, baseline="eager", timing_trials=20, warmup_trials=2, device="cpu",
                    run_timeout=60.0)
+
+
+@dataclass(frozen=True)
+class Nothing(messages.Command):
+    """A command no worker knows: its `Failed` answer shows the worker is running and reading commands."""
+
+    tag: ClassVar[str] = "nothing"
+
+
+@pytest.fixture(scope="session")
+def unknown_command() -> messages.Command:
+    return Nothing()
 
 
 @pytest.fixture(scope="session")

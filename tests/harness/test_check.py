@@ -101,7 +101,7 @@ def test_precision_changes_are_reported(files, options):
 
 def test_cancel_during_build_leaves_no_stale_lock_and_compile_error_lands_on_its_line(files, options):
     broken = files.text("compile_error_solution.py")
-    run = harness.Run(files.text("add_reference.py"), broken, options)
+    run = harness.Run(files.text("add_reference.py"), broken, options).start()
     extensions = Path(options.cache_dir)
     deadline = time.monotonic() + 60
     while not list(extensions.glob("harness_broken-*/dice.lock")) and time.monotonic() < deadline:
@@ -170,16 +170,13 @@ def _threads() -> set:
     return {t for t in threading.enumerate() if t.name != "dice-worker-reaper"}
 
 
-def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, options, monkeypatch):
-    from dice_lsp.harness import process
-
-    process.close_spares()
-    monkeypatch.setattr(process, "_spare_count", 0)  # a caller that keeps none (earlier tests may keep some)
+def test_batch_checks_repeated_solutions_once_each_and_leaves_no_spares(files, options):
+    pool = harness.WorkerPool()  # a caller that keeps no spares of its own
     pair = (files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)"))
-    reports = harness.check_many([pair, pair, pair], options, workers=2)
+    reports = harness.check_many([pair, pair, pair], options, workers=2, pool=pool)
     assert [r.status for r in reports] == ["correct"] * 3 and all(r.build_cached for r in reports)
-    assert process._spare_count == 0 and not any(process._spares.values())  # batch's warm spares are gone
-    assert not process._kept  # and so are the reference workers it kept between checks of the same reference
+    assert pool.spare_count == 0 and not pool.spares()  # batch's warm spares are gone
+    assert not pool.kept  # and so are the reference workers it kept between checks of the same reference
 
 
 def test_cli_check_json(files, options, cache_root, tmp_path, monkeypatch, capsys):

@@ -27,7 +27,7 @@ def test_error_maps_back_into_the_source_string(files):
     line_in_value = source.split("\n").index("    return undeclared_name;") + 1
     generated_line = line_in_value + len(MAIN_CPP_HEADER)
     raws = parse(f"/b/main.cpp:{generated_line}:12: error: 'undeclared_name' was not declared in this scope\n")
-    [diagnostic] = place(raws, [_plain(layouts[0])], anatomy, solution)
+    [diagnostic] = place(raws, layouts, anatomy, solution)
     index = LineIndex(solution)
     assert index.line_text(diagnostic.line).strip() == "return undeclared_name;"
     assert diagnostic.span.slice(solution) == "undeclared_name"
@@ -49,9 +49,5 @@ def test_cuda_source_lines_are_offset_by_three_header_lines(files):
     generated = layout(cpp, [cuda], MAIN_CPP_HEADER, CUDA_CU_HEADER)
     line_in_value = next(i for i, line in enumerate(cuda.split("\n"), 1) if "out[i] = a[i] + b[i];" in line)
     raws = parse(f"/b/cuda.cu({line_in_value + 3}): error: something\n        out[i] = a[i] + b[i];\n        ^\n")
-    [diagnostic] = place(raws, [_plain(generated)], anatomy, solution)
+    [diagnostic] = place(raws, [generated], anatomy, solution)
     assert "out[i] = a[i] + b[i];" in LineIndex(solution).line_text(diagnostic.line)
-
-
-def _plain(generated):
-    return {name: [vars(s) for s in segments] for name, segments in generated.items()}

@@ -3,14 +3,16 @@
 from dice_lsp.anatomy import parse
 from dice_lsp.anatomy.types import Span
 from dice_lsp.harness.findings import from_kernels, from_run, from_trials
+from dice_lsp.harness.messages import Ran, TrialResult
 from dice_lsp.harness.options import Options
+from dice_lsp.harness.report import KernelShare
 
 
 SPAN = Span(0, 1)
 
 
 def trial(passed=True, rel=0.0, changed=False, notes=()):
-    return {"passed": passed, "relative_l2": rel, "changed_inputs": changed, "dtype_notes": list(notes)}
+    return TrialResult(seed=1, passed=passed, relative_l2=rel, changed_inputs=changed, dtype_notes=tuple(notes))
 
 
 def codes(found):
@@ -31,13 +33,14 @@ def test_tiny_output_and_precision(files):
 
 
 def test_run_findings(files):
-    ran = {"threads": ["Thread-1"], "precision_before": {"tf32": False}, "precision_after": {"tf32": True}}
+    ran = Ran(device="cpu", changed_tensors=2, threads=("Thread-1",), precision_before={"tf32": False},
+              precision_after={"tf32": True}, outputs="file", inputs="file")
     assert codes(from_run(ran, Options(), SPAN)) == ["precision", "thread"]
 
 
 def test_kernel_not_launched(files):
     anatomy = parse(files.text("cuda_solution.py"))
-    seen = [{"name": "add_kernel", "own": True}, {"name": "void at::native::foo()", "own": False}]
+    seen = [KernelShare("add_kernel", 0.9), KernelShare("void at::native::foo()", 0.1, own=False)]
     [finding] = from_kernels(seen, anatomy)
     assert finding.code == "kernel-not-launched" and "unused_kernel" in finding.message
     assert finding.severity == "warning"

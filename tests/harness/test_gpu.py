@@ -26,25 +26,24 @@ def test_cuda_kernel_is_verified_timed_and_profiled(files, gpu_options):
     assert next(s.detail for s in report.stages if s.name == "verify").endswith("outputs by CUDA IPC")
 
 
-def test_a_kept_reference_hands_its_inputs_over_by_cuda_ipc_and_keeps_them_whole(files, gpu_options, monkeypatch):
+def test_a_kept_reference_hands_its_inputs_over_by_cuda_ipc_and_keeps_them_whole(files, gpu_options):
     """Re-checks of a kept reference: the solution's worker copies the trial inputs out of the reference worker's
     GPU memory before it imports the solution. A solution that writes into its inputs changes only its own copies:
     the next check still gets the reference's, and a wrong solution is still caught."""
-    from dice_lsp.harness import process
-
-    process.close_spares()
-    monkeypatch.setattr(process, "_spare_count", 1)
+    pool = harness.WorkerPool()
+    pool.keep_warm(1)
     options = gpu_options.with_(baseline="eager", timing_trials=20)
     reference, solution = files.text("add_reference.py"), files.text("cuda_solution.py")
     writes = solution.replace("        return self.add.add_cuda(a, b)",
                               "        out = self.add.add_cuda(a, b)\n        a.zero_()\n        return out")
     wrong = solution.replace("return self.add.add_cuda(a, b)", "return self.add.add_cuda(a, a)")
     try:
-        reports = [harness.check(reference, text, options) for text in (solution, writes, solution, wrong)]
+        reports = [harness.check(reference, text, options, pool=pool) for text in (solution, writes, solution, wrong)]
     finally:
-        process.close_spares()
+        pool.close()
+    assert [r.status for r in reports] == ["correct", "correct", "correct", "mismatch"], \
+        [(r.summary(), r.message, r.log[-2000:]) for r in reports]
     verify = [next(s.detail for s in r.stages if s.name == "verify") for r in reports]
-    assert [r.status for r in reports] == ["correct", "correct", "correct", "mismatch"], [r.summary() for r in reports]
     assert verify[0].startswith("inputs through a file") and all(v.startswith("inputs by CUDA IPC") for v in verify[1:])
     assert [t.max_abs_error for t in reports[2].trials] == [t.max_abs_error for t in reports[0].trials]
 

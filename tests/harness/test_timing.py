@@ -1,11 +1,16 @@
 """The timing loop's trial count: the minimum always, more for a short forward until the time budget is spent."""
 
+import os
+import subprocess
+import sys
 import time
+import weakref
+from pathlib import Path
 
 import pytest
 import torch
 
-from dice_lsp.harness import timing
+from dice_lsp.harness import Options, WorkerPool, messages, process, samples, timing
 
 
 def test_a_slow_forward_gets_exactly_the_minimum_trials():
@@ -59,8 +64,6 @@ def test_small_timed_inputs_get_copies_at_other_addresses_and_large_ones_none():
 def test_several_forwards_are_taken_in_turn_and_their_last_outputs_held_back():
     """One forward per placement of the inputs, in turn; the outputs of the last two trials stay alive while the
     third runs (so a GPU allocator puts each output somewhere else), and nothing stays alive after."""
-    import weakref
-
     alive, calls, seen = [], [], []
 
     def forward(index: int):
@@ -86,8 +89,6 @@ def test_the_budget_ends_the_extra_trials():
 
 
 def test_rounds_pool_into_one_median_over_every_sample():
-    from dice_lsp.harness import samples
-
     first = timing.measure(lambda: time.sleep(0.001), torch.device("cpu"), trials=3, warmup=1)
     late = first["median_ms"] * 1.2  # a later round a little slower: drift, pooled (far slower ones are not)
     second = {**first, "samples": [late] * 3, "host_samples": [late] * 3}
@@ -102,8 +103,6 @@ def _round(values: list[float]) -> dict:
 
 
 def test_a_far_slower_round_is_left_out_while_the_rest_hold_the_minimum_trials():
-    from dice_lsp.harness import samples
-
     steady = [_round([0.0048, 0.0049, 0.0048, 0.0050] * 50) for _ in range(3)]
     slow = _round([0.0180, 0.0170, 0.0190, 0.0049] * 50)
     pooled = samples.pool([slow, *steady], minimum=100)
@@ -119,13 +118,11 @@ def test_a_far_slower_round_is_left_out_while_the_rest_hold_the_minimum_trials()
 
 
 def test_two_checks_worth_of_spares_where_the_cores_allow(monkeypatch):
-    from dice_lsp.harness import process
-
+    pool = WorkerPool()
     for cores, spares in ((2, 2), (16, 4)):
         monkeypatch.setattr(process.os, "cpu_count", lambda: cores)
-        process.keep_warm()
-        assert process._spare_count == spares
-    process.keep_warm(0)
+        pool.keep_warm()
+        assert pool.spare_count == spares
 
 
 def _state(pid: int) -> str:
@@ -136,8 +133,6 @@ def _state(pid: int) -> str:
 def _stops(pid: int, seconds: float = 20.0) -> bool:
     """Whether `pid` is stopped within `seconds`: a process takes SIGSTOP when it next runs, which on a loaded
     machine (or in the middle of its exec) may be a while after the signal was sent."""
-    import time
-
     deadline = time.monotonic() + seconds
     while _state(pid) != "T":
         if time.monotonic() > deadline:
@@ -146,51 +141,45 @@ def _stops(pid: int, seconds: float = 20.0) -> bool:
     return True
 
 
-def test_spares_are_stopped_while_a_timed_region_runs_and_continue_after(monkeypatch):
-    from dice_lsp.harness import Options, process
-
+def test_spares_are_stopped_while_a_timed_region_runs_and_continue_after(unknown_command):
     options = Options(device="cpu")
-    process.close_spares()
-    monkeypatch.setattr(process, "_spare_count", 2)
+    pool = WorkerPool()
+    pool.keep_warm(2)
     try:
-        process.start(options).close()  # leaves one spare beside the worker it returns
-        spares = list(process._spares[process._spare_key(options, {})])
+        pool.start(options).close()  # leaves one spare beside the worker it returns
+        spares = pool.spares(options)
         assert len(spares) == 1
-        with process.quiet():
-            with process.quiet():  # nested regions (several GPUs timing at once) keep them stopped until the last ends
+        with pool.quiet():
+            with pool.quiet():  # nested regions (several GPUs timing at once) keep them stopped until the last ends
                 pass
             assert _stops(spares[0].pid)
-            taken = process.start(options)  # a spare taken while stopped runs again; its replacement starts stopped
-            added = process._spares[process._spare_key(options, {})]
+            taken = pool.start(options)  # a spare taken while stopped runs again; its replacement starts stopped
+            added = pool.spares(options)
             assert taken is spares[0] and _state(taken.pid) != "T"
             assert all(_stops(w.pid) for w in added)
         assert all(_state(w.pid) != "T" for w in added)
-        assert taken.call("nothing", 60)["error"].startswith("AttributeError")  # it answers commands
+        answer = taken.call(unknown_command, 60)  # it answers commands
+        assert isinstance(answer, messages.Failed) and answer.error.startswith("MessageError: unknown command")
         taken.close()
     finally:
-        process.close_spares()
+        pool.close()
 
 
 def test_spares_stopped_when_their_caller_dies_are_continued_and_end(tmp_path):
     """The caller is killed inside a timed region: its guard continues the stopped spares, which see their stdin
     close and exit, so no stopped worker is left holding memory."""
-    import os
-    import subprocess
-    import sys
-    import time
-
     script = (
         "import os, signal, time\n"
-        "from harness import Options, process\n"
-        "process.keep_warm(2)\n"
+        "from dice_lsp.harness import Options, WorkerPool\n"
+        "pool = WorkerPool(); pool.keep_warm(2)\n"
         "options = Options(device='cpu')\n"
-        "process.start(options).close(); process.start(options).close()\n"
-        "spares = process._spares[process._spare_key(options, {})]\n"
-        "with process.quiet():\n"
+        "pool.start(options).close(); pool.start(options).close()\n"
+        "spares = pool.spares(options)\n"
+        "with pool.quiet():\n"
         "    print(' '.join(str(w.pid) for w in spares), flush=True)\n"
         "    time.sleep(1)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n")
-    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=120,
                           env={**os.environ, "PYTHONPATH": root})
     pids = [int(p) for p in done.stdout.split()]

@@ -1,9 +1,17 @@
 """The comparison names the worst element by its index in the output's shape."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from dice_lsp.harness import verify
+from dice_lsp.harness import Options, stages, verify
+from dice_lsp.harness.messages import Compare
+from dice_lsp.harness.side import Side
 
 
 def test_the_worst_element_is_named_by_its_index():
@@ -68,15 +76,9 @@ torch.save([o.cpu() for o in outputs], sys.argv[1])
 
 @pytest.mark.gpu
 def test_outputs_shared_by_cuda_ipc_arrive_whole_in_another_process(tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     root = os.pathsep.join([str(Path(verify.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
     child = subprocess.Popen([sys.executable, "-c", SHARE, str(tmp_path / "sent.pt")], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": root})
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": root}, cwd=tmp_path)
     received = verify.receive(json.loads(child.stdout.readline()))
     copies = [t.cpu() for t in received]
     child.stdin.write("\n")
@@ -89,15 +91,12 @@ def test_outputs_shared_by_cuda_ipc_arrive_whole_in_another_process(tmp_path):
 
 def test_unreadable_shared_outputs_make_the_reference_ask_for_a_file(tmp_path):
     """What the pipeline falls back on: compare answers `unshared` instead of failing, and reads outputs.pt after."""
-    from dice_lsp.harness import stages
-    from dice_lsp.harness.worker import Side
-
     side = Side()
-    side.options, side.device = {"atol": 1e-2, "rtol": 1e-2, "seed": 42}, torch.device("cpu")
+    side.options, side.device = Options(atol=1e-2, rtol=1e-2, seed=42), torch.device("cpu")
     side.trials, side.expected, side.expected_changed = [(43, [])], [[torch.ones(3)]], [torch.ones(3)]
     (tmp_path / "outputs.json").write_text('{"trials": [[{"dtype": "os.system", "shape": [3], "device": 0}]]}')
-    answer = stages.compare(side, {"exchange": str(tmp_path)})
-    assert set(answer) == {"unshared"} and "os.system" in answer["unshared"]
+    answer = stages.compare(side, Compare(exchange=str(tmp_path)))
+    assert not answer.trials and "os.system" in answer.unshared
     torch.save({"trials": [[torch.ones(3)]], "changed": [torch.ones(3)]}, tmp_path / "outputs.pt")
-    answer = stages.compare(side, {"exchange": str(tmp_path)})
-    assert [t["passed"] for t in answer["trials"]] == [True, True]
+    answer = stages.compare(side, Compare(exchange=str(tmp_path)))
+    assert [t.passed for t in answer.trials] == [True, True] and answer.unshared == ""

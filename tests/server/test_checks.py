@@ -1,12 +1,15 @@
 """On save: the harness runs in the background and its report lands on the right lines; a newer save wins.
 
-These build a real C++ extension (CPU mode); the harness tests build the same one, so the session cache shares it.
+The slow ones build a real C++ extension (CPU mode); the harness tests build the same one, so the session cache
+shares it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -14,8 +17,11 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from dice_lsp.checking import CheckRunner, check_options
+from dice_lsp.harness import WorkerPool, batch
+from dice_lsp.settings import Settings
+
 HARNESS_FILES = Path(__file__).parent.parent / "harness" / "files"
-pytestmark = pytest.mark.slow
 
 
 def solution(forward: str) -> str:
@@ -63,6 +69,7 @@ def headline(diagnostics):
     return [d for d in diagnostics if d.code in ("correct", "mismatch", "crashed", "timed-out", "compile-error")]
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_saved_solution_is_checked_and_the_speedup_lands_on_model_new(client: LanguageClient, tmp_path):
     text = solution("return self.ext.add_values(a, b)")
@@ -84,6 +91,7 @@ async def test_saved_solution_is_checked_and_the_speedup_lands_on_model_new(clie
     assert "wrong result on" in result.message and result.severity == types.DiagnosticSeverity.Error
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_newer_save_cancels_a_hung_check_and_requests_stay_answered(client: LanguageClient, tmp_path):
     uri = await open_and_save(client, tmp_path, solution("return self.ext.spin(a, b)"))
@@ -99,28 +107,55 @@ async def test_newer_save_cancels_a_hung_check_and_requests_stay_answered(client
     assert time.monotonic() - began < 60  # far less than the 60 s run limit that would end the hang
 
 
+@pytest.mark.slow
 def test_opening_a_cuda_solution_prepares_spares_and_the_header_once(monkeypatch, shared_build_cache):
     """What the server does at the first CUDA file's didOpen, on a GPU machine (the GPU list is the one fake: this
     machine has none): spares start and the precompiled header is built, once per server."""
-    import os
-
-    from dice_lsp.checking import CheckRunner
-    from dice_lsp.settings import Settings
-    from dice_lsp.harness import batch, process
-
     if not os.path.exists("/usr/local/cuda/bin/nvcc") and not os.environ.get("CUDA_HOME"):
         pytest.skip("no nvcc")
     monkeypatch.setattr(batch, "visible_gpus", lambda: ["0"])
-    process.close_spares()
-    runner = CheckRunner()
+    pool = WorkerPool()
+    runner = CheckRunner(pool)
     try:
         thread = runner.prepare(Settings(device="auto"))
         assert runner.prepare(Settings(device="auto")) is None  # once per server
         thread.join(900)
         assert not thread.is_alive()
         assert list((shared_build_cache / "extensions" / "pch").glob("*/dice_torch.h.gch"))
-        started = [w for spares in process._spares.values() for w in spares if w.process.poll() is None]
-        assert len(started) == process._spare_count >= 2
+        started = [w for w in pool.spares() if w.process.poll() is None]
+        assert len(started) == pool.spare_count >= 2
     finally:
         runner.close()
-        process.keep_warm(0)
+    assert not pool.spares()
+
+
+def test_the_settings_become_the_checks_options_cuda_home_included():
+    """dice.cudaHome reaches the harness as an option (the server never writes it into its own environment)."""
+    options = check_options(Settings(cuda_home="/opt/cuda-12.4", tolerance=1e-3, baseline="eager", device="cpu"))
+    assert (options.cuda_home, options.atol, options.rtol, options.baseline, options.device) == \
+        ("/opt/cuda-12.4", 1e-3, 1e-3, "eager", "cpu")
+    assert check_options(Settings()).cuda_home == ""
+
+
+def test_a_newer_start_cancels_the_files_check_and_each_report_reaches_its_caller():
+    """Two starts for one file: the first check is cancelled (its report says so), the second one reports; no
+    worker is left once the runner closes. Neither gets past parsing here: no reference Model (an invalid report)."""
+    pool = WorkerPool()
+    runner = CheckRunner(pool)
+    reports, arrived = [], threading.Event()
+
+    def done(report) -> None:
+        reports.append(report)
+        if len(reports) == 2:
+            arrived.set()
+
+    hung = solution("__import__('time').sleep(600)")
+    runner.start("file:///a.py", (HARNESS_FILES / "add_reference.py").read_text(), hung,
+                 Settings(device="cpu", run_timeout=60), done)
+    runner.start("file:///a.py", "x = 1\n", hung, Settings(device="cpu"), done)
+    try:
+        assert arrived.wait(120)
+        assert sorted(r.status for r in reports) == ["cancelled", "invalid"]
+    finally:
+        runner.close()
+    assert not pool.spares() and not pool.kept

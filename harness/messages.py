@@ -1,0 +1,351 @@
+"""The messages between the caller and its worker processes: one frozen dataclass per command and per reply.
+
+Each travels as one JSON line, never pickled: a worker runs the candidate, so its replies are data that is checked
+field by field against its class here; a line that does not decode raises `MessageError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from dice_lsp.harness.build import Extension
+from dice_lsp.harness.options import Options
+from dice_lsp.harness.report import KernelShare
+
+
+class MessageError(ValueError):
+    """A line that is no message of its direction: not JSON, an unknown name, a missing or ill-typed field."""
+
+
+# -- worker -> caller ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cost:
+    """Where one command's time went in the worker, for benchmarks: this command alone, the modules it imported,
+    and the warm-up the worker did before its first command (and what failed there, if anything)."""
+
+    seconds: float = 0.0
+    imported: int = 0
+    warm_up_seconds: float = 0.0
+    warm_up_error: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    tag: ClassVar[str] = ""
+    cost: Cost = Cost()  # filled in by the worker's loop, not by the stage
+
+
+@dataclass(frozen=True)
+class Failed(Reply):
+    """The stage raised (the candidate may raise anything, SystemExit included)."""
+
+    tag: ClassVar[str] = "failed"
+    error: str
+    traceback: str = ""
+    extensions: tuple[Extension, ...] = ()  # what the build did so far, when the failure came after it began
+
+
+@dataclass(frozen=True)
+class Built(Reply):
+    tag: ClassVar[str] = "built"
+    extensions: tuple[Extension, ...]
+    arch: str
+    cuda_available: bool
+    has_model_new: bool
+
+
+@dataclass(frozen=True)
+class Prepared(Reply):
+    tag: ClassVar[str] = "prepared"
+    header: str  # the precompiled torch header's path (without .gch)
+
+
+@dataclass(frozen=True)
+class ReferenceMade(Reply):
+    """Model is built, every trial's inputs are in the exchange folder, the expected outputs stay in the worker."""
+
+    tag: ClassVar[str] = "reference-made"
+    device: str
+    tf32: bool
+    cudnn_tf32: bool
+    matmul_precision: str
+    dtypes: tuple[str, ...]  # of the expected outputs
+    handout: dict[str, Any] | None = None  # CUDA IPC descriptions of the inputs, for the next solution workers
+
+
+@dataclass(frozen=True)
+class Ran(Reply):
+    """The solution ran every trial; its outputs wait for the reference worker, "shared" by CUDA IPC or in a "file"."""
+
+    tag: ClassVar[str] = "ran"
+    device: str
+    changed_tensors: int
+    threads: tuple[str, ...]  # threads forward started and left running
+    precision_before: dict[str, Any]
+    precision_after: dict[str, Any]
+    outputs: str  # "shared" | "file"
+    inputs: str  # "shared" | "file"
+
+
+@dataclass(frozen=True)
+class OutputsSaved(Reply):
+    tag: ClassVar[str] = "outputs-saved"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial compared (as `verify.compare` says it), with the seed that made its inputs."""
+
+    seed: int
+    passed: bool
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    where: str = ""
+    relative_l2: float = 0.0
+    note: str = ""
+    dtype_notes: tuple[str, ...] = ()
+    changed_inputs: bool = False
+
+
+@dataclass(frozen=True)
+class Compared(Reply):
+    """Every trial compared; or `unshared` says why the outputs shared by CUDA IPC could not be opened (the caller
+    asks the solution worker for a file then)."""
+
+    tag: ClassVar[str] = "compared"
+    trials: tuple[TrialResult, ...] = ()
+    reference_norm: float = 0.0
+    unshared: str = ""
+
+
+@dataclass(frozen=True)
+class Inspected(Reply):
+    tag: ClassVar[str] = "inspected"
+    kernels: tuple[KernelShare, ...]
+
+
+@dataclass(frozen=True)
+class TimedRound:
+    """One round of one side's timing, as `timing.measure` returns it; `samples.pool` pools the rounds."""
+
+    median_ms: float
+    spread_ms: float
+    min_ms: float
+    max_ms: float
+    trials: int
+    host_median_ms: float
+    clock: str
+    overhead_ms: float
+    samples: tuple[float, ...]
+    host_samples: tuple[float, ...]
+    placements: int = 1
+
+
+@dataclass(frozen=True)
+class Timed(Reply):
+    tag: ClassVar[str] = "timed"
+    timing: TimedRound
+    tf32: bool
+    cudnn_tf32: bool
+    matmul_precision: str
+
+
+# -- caller -> worker ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    tag: ClassVar[str] = ""
+    answer: ClassVar[type[Reply]] = Reply  # the reply it gets unless it fails
+
+
+@dataclass(frozen=True)
+class Build(Command):
+    """Import the solution: its load_inline calls build (or load from the cache). First, before anything of the
+    solution's runs, copy the trial inputs a kept reference worker handed out."""
+
+    tag: ClassVar[str] = "build"
+    answer: ClassVar[type[Reply]] = Built
+    path: str
+    options: Options
+    handout: dict[str, Any] | None = None
+    arch: str = "9.0"  # TORCH_CUDA_ARCH_LIST when neither the environment nor a GPU here says
+
+
+@dataclass(frozen=True)
+class Prepare(Command):
+    """Build the precompiled torch header every light build shares."""
+
+    tag: ClassVar[str] = "prepare"
+    answer: ClassVar[type[Reply]] = Prepared
+    cache_dir: str
+
+
+@dataclass(frozen=True)
+class MakeReference(Command):
+    """Build Model after the seed, make every trial's inputs into `exchange`, keep the expected outputs."""
+
+    tag: ClassVar[str] = "reference"
+    answer: ClassVar[type[Reply]] = ReferenceMade
+    path: str
+    options: Options
+    exchange: str
+
+
+@dataclass(frozen=True)
+class RunSolution(Command):
+    """Build ModelNew after the same seed and run every trial; `share`: hand the outputs over by CUDA IPC."""
+
+    tag: ClassVar[str] = "run"
+    answer: ClassVar[type[Reply]] = Ran
+    exchange: str
+    share: bool = False
+
+
+@dataclass(frozen=True)
+class SaveOutputs(Command):
+    tag: ClassVar[str] = "save-outputs"
+    answer: ClassVar[type[Reply]] = OutputsSaved
+    exchange: str
+
+
+@dataclass(frozen=True)
+class Compare(Command):
+    tag: ClassVar[str] = "compare"
+    answer: ClassVar[type[Reply]] = Compared
+    exchange: str
+
+
+@dataclass(frozen=True)
+class Inspect(Command):
+    tag: ClassVar[str] = "inspect"
+    answer: ClassVar[type[Reply]] = Inspected
+    kernels: tuple[str, ...] = ()  # the solution's kernel names, to tell its own kernels from torch's
+
+
+@dataclass(frozen=True)
+class Time(Command):
+    """One timing round of forward on the first trial's inputs; None: the options' value."""
+
+    tag: ClassVar[str] = "time"
+    answer: ClassVar[type[Reply]] = Timed
+    compiled: bool = False  # the reference under torch.compile
+    trials: int | None = None
+    warmup: int | None = None
+    budget_s: float | None = None
+    warm_s: float = 0.0
+    round: int = 0
+    check: str | None = None  # the check this round belongs to: its inputs are copied once a check
+
+
+COMMANDS: dict[str, type[Command]] = {c.tag: c for c in (Build, Prepare, MakeReference, RunSolution, SaveOutputs,
+                                                         Compare, Inspect, Time)}
+REPLIES: dict[str, type[Reply]] = {r.tag: r for r in (Failed, Built, Prepared, ReferenceMade, Ran, OutputsSaved,
+                                                       Compared, Inspected, Timed)}
+
+
+# -- the wire ------------------------------------------------------------------------------------------------------
+def encode_command(command: Command) -> str:
+    return json.dumps({"op": command.tag, **_plain(command)})
+
+
+def encode_reply(reply: Reply) -> str:
+    return json.dumps({"reply": reply.tag, **_plain(reply)})
+
+
+def decode_command(line: str | bytes) -> Command:
+    return _decode_line(line, "op", COMMANDS, "command")
+
+
+def decode_reply(line: str | bytes) -> Reply:
+    return _decode_line(line, "reply", REPLIES, "reply")
+
+
+def _decode_line(line: str | bytes, key: str, table: dict[str, type], what: str) -> Any:
+    try:
+        raw = json.loads(line)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise MessageError(f"the {what} is not JSON ({_short(str(error), 120)})") from None
+    if not isinstance(raw, dict):
+        raise MessageError(f"the {what} is {type(raw).__name__}, not a JSON object")
+    name = raw.pop(key, None)
+    kind = table.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise MessageError(f"unknown {what} {_short(name)}")
+    return _object(kind, raw, kind.tag)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready form of a message's value; `Options` as `Options.to_dict()`."""
+    if isinstance(value, Options):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(kind: type) -> dict[str, Any]:
+    return typing.get_type_hints(kind)
+
+
+def _object(kind: type, raw: Any, where: str) -> Any:
+    """An instance of the dataclass `kind` from its JSON object, every field checked against its annotation."""
+    if not isinstance(raw, dict):
+        raise MessageError(f"{where} is {type(raw).__name__}, not an object")
+    fields = [f for f in dataclasses.fields(kind) if f.init]
+    unknown = set(raw) - {f.name for f in fields}
+    if unknown:
+        raise MessageError(f"{where} has no field {_short(sorted(map(str, unknown))[0])}")
+    values = {}
+    for f in fields:
+        if f.name in raw:
+            values[f.name] = _value(_hints(kind)[f.name], raw[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise MessageError(f"{where} lacks {f.name}")
+    return kind(**values)
+
+
+def _value(kind: Any, value: Any, where: str) -> Any:
+    """`value` as the annotation `kind` says: JSON's arrays become tuples where a tuple is annotated."""
+    if kind is Any:
+        return value
+    if kind is Options:  # from the trusted caller: read as the options do themselves
+        if not isinstance(value, dict):
+            raise MessageError(f"{where} is {type(value).__name__}, not an object")
+        return Options.from_dict(value)
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        [inner] = [a for a in args if a is not type(None)]  # every optional field here is `X | None`
+        return _value(inner, value, where)
+    if dataclasses.is_dataclass(kind):
+        return _object(kind, value, where)
+    if origin in (tuple, list):
+        if not isinstance(value, list):
+            raise MessageError(f"{where} is {type(value).__name__}, not an array")
+        items = [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise MessageError(f"{where} is {type(value).__name__}, not an object")
+        return {k: _value(args[1], v, f"{where}[{_short(k)}]") for k, v in value.items()}
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind in (int, str, bool) and isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    raise MessageError(f"{where} is {type(value).__name__}, not {getattr(kind, '__name__', kind)}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

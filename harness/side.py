@@ -1,0 +1,54 @@
+"""What one worker process keeps between its parent's commands: its side of the check (reference or solution).
+
+Below both the stages (which fill it) and the worker's loop (which owns it), so neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any
+
+import torch
+
+from dice_lsp.harness.options import Options
+
+
+class Side:
+    """The state one worker keeps between commands."""
+
+    def __init__(self) -> None:
+        self.module: Any = None
+        self.model: Any = None
+        self.compiled: Any = None  # the reference under torch.compile, made by the first compile timing round
+        self.device: Any = None
+        self.trials: list[tuple[int, list[Any]]] = []
+        self.expected: list[list[Any]] = []
+        self.expected_changed: list[Any] = []
+        self.options: Options | None = None  # from the build or reference command
+        self.builder: Any = None
+        self.outputs: Any = None  # the solution's last outputs, until the reference worker has compared them
+        self.handout: list[list[Any]] = []  # reference: every trial's inputs on the GPU, shared by CUDA IPC
+        self.received: Any = None  # solution: the handout's copies, received before the solution was imported
+        self.timed_check: Any = None  # the check that `timed_inputs` were copied for
+        self.timed_inputs: Any = None  # one check's copies of the first trial's inputs (timing.placements)
+
+
+def load_module(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def pick_device(choice: str) -> torch.device:
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {choice!r} asked for, but torch sees no CUDA GPU")
+    device = torch.device("cuda" if choice == "auto" else choice)
+    if device.index is None:  # set_device needs an index on older torch
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    return device
