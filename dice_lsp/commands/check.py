@@ -7,12 +7,16 @@ solution is its sibling `<name>_dice.py`.
 from __future__ import annotations
 
 import argparse
+import threading
 from pathlib import Path
 
 from dice_lsp import harness
 from dice_lsp.anatomy import find_reference, parse
+from dice_lsp.commands.arguments import count, device, number, positive
 from dice_lsp.commands.errors import CommandError
 from dice_lsp.commands.inspect import read_source
+from dice_lsp.commands.progress import Progress, add_progress_option
+from dice_lsp.commands.terminal import shown
 from dice_lsp.harness import Options
 
 
@@ -21,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("reference", type=Path, help="the problem file (Model, get_inputs), or a solution file")
     parser.add_argument("solution", type=Path, nargs="?", help="the solution file (ModelNew)")
     parser.add_argument("--json", action="store_true", help="print the Report as JSON")
+    add_progress_option(parser)
     add_check_options(parser)
     parser.set_defaults(run=run)
 
@@ -28,20 +33,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def add_check_options(group, baseline: str = "both",
                       baseline_help: str = "which references to time (default both)") -> None:
     """The harness's flags, shared by every command that checks kernels (check, eval)."""
-    group.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
-    group.add_argument("--timing-trials", type=int, default=100, help="timed trials per side (default 100)")
-    group.add_argument("--tolerance", type=float, default=1e-2, help="atol = rtol for allclose (default 1e-2)")
+    group.add_argument("--trials", type=positive, default=5, help="correctness trials (default 5)")
+    group.add_argument("--timing-trials", type=count, default=100,
+                       help="timed trials per side (default 100; 0, with --baseline none, times nothing)")
+    group.add_argument("--tolerance", type=number(), default=1e-2, help="atol = rtol for allclose (default 1e-2)")
     group.add_argument("--baseline", choices=("eager", "compile", "both", "none"), default=baseline,
                        help=baseline_help)
-    group.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    group.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
     group.add_argument("--tf32", action="store_true", help="allow TF32 matmuls, on both sides")
-    group.add_argument("--build-timeout", type=float, default=600.0, help="seconds (default 600)")
-    group.add_argument("--run-timeout", type=float, default=120.0, help="seconds per run stage (default 120)")
+    group.add_argument("--build-timeout", type=number(low_open=True), default=600.0, help="seconds (default 600)")
+    group.add_argument("--run-timeout", type=number(low_open=True), default=120.0,
+                       help="seconds per run stage (default 120)")
     group.add_argument("--plain-build", action="store_true", help="build with load_inline only, no light build")
 
 
 def options_from(args: argparse.Namespace) -> Options:
-    """harness.Options from the flags `add_check_options` added."""
+    """harness.Options from the flags `add_check_options` added, before anything is built."""
+    if args.timing_trials == 0 and args.baseline != "none":  # the harness would report a speedup of 0.00x
+        raise CommandError(f"--timing-trials 0 times nothing, so there is no speedup against {args.baseline}: add "
+                           "--baseline none, or time at least one trial")
     return Options(
         correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance, rtol=args.tolerance,
         baseline=args.baseline, device=args.device, tf32=args.tf32, build_timeout=args.build_timeout,
@@ -66,11 +76,35 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    reference, solution = locate(args)
     options = options_from(args)
-    report = harness.check(read_source(reference), read_source(solution), options)
+    reference, solution = locate(args)
+    progress = Progress(args.progress)
+    progress.stage(f"checking {solution}: build, verify, time")
+    try:
+        report = check_in_background(read_source(reference), read_source(solution), options, progress)
+    finally:
+        progress.close()
     print(report.to_json() if args.json else render(report, solution))
     return 0 if report.status in ("correct", "built-not-run") else 1
+
+
+def check_in_background(reference: str, solution: str, options: Options, progress: Progress) -> harness.Report:
+    """The check on the harness's own thread, while this (the main) thread shows how long it has run and takes the
+    signals: a Ctrl-C or SIGTERM raised here never lands inside the harness's bookkeeping, and the check is
+    cancelled (its solution worker killed, its reference worker closed) before the exception goes on."""
+    finished = threading.Event()
+    run = harness.Run(reference, solution, options, on_done=lambda report: finished.set()).start()
+    try:
+        while not finished.wait(1.0):
+            progress.note(f"{progress.elapsed():.0f} s")
+    except BaseException:
+        run.cancel()
+        try:
+            run.result(timeout=30.0)  # its workers are killed: it ends at its next look at them
+        except harness.HarnessError:
+            pass
+        raise
+    return run.result()
 
 
 def render(report: harness.Report, solution: Path) -> str:
@@ -89,11 +123,13 @@ def render(report: harness.Report, solution: Path) -> str:
         lines.append(f"  {name:9s} median {timing.median_ms:.4f} ms (IQR {timing.spread_ms:.4f}, "
                      f"{timing.trials} trials, {timing.clock}{left})")
     for k in report.kernels:
-        lines.append(f"  kernel {k.name}: {k.share:.0%} of GPU time, {k.launches} launches{'' if k.own else ' (torch)'}")
+        whose = "" if k.own else " (torch)"
+        lines.append(f"  kernel {k.name}: {k.share:.0%} of GPU time, {k.launches} launches{whose}")
     stages = ", ".join(f"{s.name} {s.seconds:.2f}s" for s in report.stages)
     lines.append(f"  device {report.device or '-'}, tf32 {report.tf32}, build {report.build_mode or '-'}"
                  f"{' (cached)' if report.build_cached else ''}; {stages}")
     if report.status in ("crashed", "compile-error", "invalid") and report.log:
         lines.append("  --- log ---")
-        lines.extend("  " + line for line in report.log.strip().splitlines()[-15:])
-    return "\n".join(lines)
+        lines.extend("  " + line for line in report.log.strip().split("\n")[-15:])
+    # Every line holds text a file or the candidate wrote (messages, findings, compiler output, kernel names, paths)
+    return "\n".join(shown(line) for line in lines)

@@ -1,23 +1,32 @@
-"""`dice-lsp inspect FILE [--json]`: print a kernel file's anatomy and its static deception findings.
+"""`dice-lsp inspect FILE... [--json]`: print each kernel file's anatomy and its static deception findings.
 
-A reference linked from the file (`# dice: reference = path`) is read too, to sharpen the checks.
+A reference linked from a file (`# dice: reference = path`) is read too, to sharpen the checks. Findings print as
+`file:line:col: severity [code] message`, the form editors and CI problem matchers read, and the exit status says
+whether any was a warning or an error (EXIT_CODES), so `dice-lsp inspect` can gate a CI job.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from dice_lsp.anatomy import Anatomy, LineIndex, Span, find_reference, parse
 from dice_lsp.commands.errors import CommandError
+from dice_lsp.commands.terminal import shown
+
+FAILING = ("warning", "error")  # finding severities that make the exit status 1
+EXIT_CODES = "0: no warning or error findings; 1: some; 2: a file could not be read"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("inspect", help="show a kernel file's anatomy and deception findings")
-    parser.add_argument("file", type=Path, help="a KernelBench problem or solution (.py)")
-    parser.add_argument("--reference", type=Path, help="the problem file, when Model is not in FILE")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser = subparsers.add_parser("inspect", help="show kernel files' anatomy and deception findings",
+                                   epilog=f"exit status {EXIT_CODES}")
+    parser.add_argument("files", type=Path, nargs="+", metavar="FILE", help="KernelBench problems or solutions (.py)")
+    parser.add_argument("--reference", type=Path, help="the problem file, when Model is not in the FILEs")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON instead of text: an object for one FILE, a list of them for several")
     parser.set_defaults(run=run)
 
 
@@ -36,19 +45,34 @@ def resolve_reference(path: Path, anatomy: Anatomy) -> Path | None:
     return find_reference(anatomy, path).path
 
 
-def run(args: argparse.Namespace) -> int:
-    text = read_source(args.file)
+def read(path: Path, reference_path: Path | None) -> tuple[Anatomy, Path | None]:
+    """A file's anatomy, sharpened by its reference (given, else linked); raises CommandError when unreadable."""
+    text = read_source(path)
     anatomy = parse(text)
-    reference_path = args.reference or resolve_reference(args.file, anatomy)
-    reference = None
+    reference_path = reference_path or resolve_reference(path, anatomy)
     if reference_path is not None:
-        reference = parse(read_source(reference_path))
-        anatomy = parse(text, reference)
-    if args.json:
-        print(json.dumps(to_json(anatomy, reference_path), indent=2))
-    else:
-        print(render(anatomy, args.file, reference_path))
-    return 0
+        anatomy = parse(text, parse(read_source(reference_path)))
+    return anatomy, reference_path
+
+
+def run(args: argparse.Namespace) -> int:
+    """Every file in turn: one that cannot be read is said on stderr and the others are still inspected."""
+    documents, failing, unreadable = [], False, False
+    for path in args.files:
+        try:
+            anatomy, reference_path = read(path, args.reference)
+        except CommandError as error:
+            print(shown(f"dice-lsp inspect: {error}"), file=sys.stderr)
+            unreadable = True
+            continue
+        failing |= any(f.severity in FAILING for f in anatomy.findings)
+        if args.json:
+            documents.append({"path": str(path), **to_json(anatomy, reference_path)})
+        else:
+            print(render(anatomy, path, reference_path))
+    if args.json and documents:
+        print(json.dumps(documents[0] if len(args.files) == 1 else documents, indent=2))
+    return 2 if unreadable else 1 if failing else 0
 
 
 def _where(index: LineIndex, span: Span) -> dict:
@@ -117,19 +141,18 @@ def render(anatomy: Anatomy, path: Path, reference_path: Path | None) -> str:
         out.append(f"  extension  {extension.name or '?'} = {extension.variable or '(unassigned)'} at "
                    f"{line(extension.call)}, binds {', '.join(extension.functions) or 'nothing'}")
         for source in extension.sources:
-            out.append(f"    {source.role:4} source {source.variable or '(inline literal)'} at {line(source.statement)}")
+            variable = source.variable or "(inline literal)"
+            out.append(f"    {source.role:4} source {variable} at {line(source.statement)}")
             for function in source.functions:
                 out.append(f"      {function.kind:6} {function.name} at {line(function.name_span)}")
     for split in anatomy.splits:
         core_start, core_end = index.line_of(split.core.start) + 1, index.line_of(split.core.end) + 1
         out.append(f"  DICE split for {split.source.variable}: prefix lines 1-{core_start - 1}, core lines "
                    f"{core_start}-{core_end}, suffix lines {core_end}-{len(index.line_starts)}")
-    if anatomy.findings:
-        out.append("  findings:")
-        for finding in anatomy.findings:
-            out.append(f"    {line(finding.span)} {finding.severity} [{finding.code}] {finding.message}")
-    else:
-        out.append("  findings: none")
     for note in anatomy.notes:
         out.append(f"  note: {note}")
-    return "\n".join(out)
+    out.append(f"  findings: {len(anatomy.findings) or 'none'}")
+    for finding in anatomy.findings:  # unindented, as compilers and linters print them
+        out.append(f"{path}:{line(finding.span)}: {finding.severity} [{finding.code}] {finding.message}")
+    # Names, notes and messages come from the file: every line is shown escaped
+    return "\n".join(shown(text) for text in out)

@@ -1,0 +1,122 @@
+"""How a command stops on Ctrl-C (SIGINT) or SIGTERM: the command unwinds, and no process it started outlives it.
+
+Harness workers lead their own sessions, so the terminal's Ctrl-C never reaches them and nothing else would end them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from pathlib import Path
+
+from dice_lsp import harness
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(BaseException):
+    """Raised in the main thread by SIGINT or SIGTERM. A BaseException, as KeyboardInterrupt is, so that no
+    `except Exception` in the harness, the engine or training takes it for a failure and carries on."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a command a signal ended: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+    @property
+    def why(self) -> str:
+        return "interrupted" if self.signum == signal.SIGINT else f"stopped by {signal.Signals(self.signum).name}"
+
+
+@contextlib.contextmanager
+def stoppable():
+    """While the block runs, SIGINT and SIGTERM raise `Stopped` in the main thread and start a `Reaper`, which kills
+    every child process at once and any started after, until the block has unwound (a batch build that was between
+    jobs may start one more). A second signal ends the process at once. The harness's spares and kept reference
+    workers are closed on the way out, however the block ends."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
+        yield
+        return
+    reaper = Reaper()
+
+    def on_signal(signum: int, frame) -> None:
+        if reaper.started:
+            reaper.sweep()
+            os._exit(128 + signum)  # the first signal's unwinding is stuck: leave now, nothing of ours running
+        reaper.start()
+        raise Stopped(signum)
+
+    previous = {number: signal.signal(number, on_signal) for number in SIGNALS}
+    try:
+        yield
+    finally:
+        try:
+            harness.close_spares()
+        finally:
+            reaper.stop()
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+
+class Reaper:
+    """Kills this process's children (and, for those that lead a process group, the whole group: a worker's compilers
+    and ninja) as soon as a stop begins, and again every `period` seconds until `stop()`. The harness cancels its own
+    checks too; this also ends what it does not expose, such as batch mode's parallel builds."""
+
+    def __init__(self, period: float = 0.05) -> None:
+        self.period = period
+        self.started = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dice-stop-reaper", daemon=True)
+
+    def start(self) -> None:
+        self.started = True
+        self.sweep()
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self.started:
+            self._done.set()
+            self._thread.join()
+            self.sweep()
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.period):
+            self.sweep()
+
+    def sweep(self) -> None:
+        own_group = os.getpgrp()
+        for pid, group in children(os.getpid()):
+            try:
+                if group == pid and group != own_group:
+                    os.killpg(group, signal.SIGKILL)
+                else:  # in our own group (never kill that: it holds us and the shell's pipeline) or in someone else's
+                    os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def children(parent: int) -> list[tuple[int, int]]:
+    """(pid, process group) of each live child of `parent`, read from /proc (empty where there is none)."""
+    found = []
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue  # ended while we looked
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after its last ")"
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) >= 3 and fields[0] != "Z" and int(fields[1]) == parent:
+            found.append((int(entry), int(fields[2])))
+    return found
+
