@@ -9,7 +9,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from dice_lsp.commands.arguments import device, number, positive
 from dice_lsp.commands.errors import CommandError
+from dice_lsp.commands.terminal import shown
 from dice_lsp.engine.errors import EngineError
 from dice_lsp.harness import Options
 from dice_lsp.train.curate import curate
@@ -22,27 +24,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     curate = actions.add_parser("curate", help="filter {reference, solution} pairs through the harness")
     curate.add_argument("source", metavar="IN", help="JSONL of {reference, solution}")
     curate.add_argument("target", metavar="OUT", help="JSONL of the kept pairs (with their speedup)")
-    curate.add_argument("--min-speedup", type=float, default=2.0, help="speedup over eager PyTorch (0 = any)")
-    curate.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-    curate.add_argument("--workers", type=int, default=None, help="parallel builds (default: all cores)")
+    curate.add_argument("--min-speedup", type=number(), default=2.0, help="speedup over eager PyTorch (0 = any)")
+    curate.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
+    curate.add_argument("--workers", type=positive, default=None, help="parallel builds (default: all cores)")
     curate.add_argument("--json", action="store_true", help="print the counts as JSON")
     curate.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     curate.set_defaults(run=run_curate)
     tasks = actions.add_parser("tasks", help="generate KernelBench tasks with solutions correct by construction")
     tasks.add_argument("target", metavar="OUT", help="JSONL of {reference, solution, family, template, split}")
-    tasks.add_argument("--count", type=int, default=100, help="how many tasks")
+    tasks.add_argument("--count", type=positive, default=100, help="how many tasks (default 100)")
     tasks.add_argument("--seed", type=int, default=0, help="the same seed writes the same tasks")
     tasks.add_argument("--families", nargs="+", default=None, metavar="FAMILY",
                        help="op families (default: all): unary binary activation reduction softmax norm matmul fusion")
     tasks.add_argument("--split", choices=("train", "heldout", "all"), default="train",
                        help="which split to write; held-out tasks never enter training (default: train)")
     tasks.add_argument("--kernelbench", action="store_true",
-                       help="OUT is a folder in KernelBench layout for `dice-lsp eval`: OUT/levelN/K_family_template.py "
+                       help="OUT is a folder in KernelBench layout for `dice-lsp eval`: "
+                            "OUT/levelN/K_family_template.py "
                             "(fusions are level 2, the rest level 1), and the known-good solutions under "
                             "OUT/solutions/ for `eval --solutions`")
     tasks.add_argument("--favor-fast", metavar="SPEEDUPS", default=None,
                        help="JSON of measured template speedups against eager (benchmarks/tasks_verify.py --json): "
                             "draw each template in proportion to its speedup, clamped to 0.25-2")
+    tasks.add_argument("--json", action="store_true", help="print what was written (count, split, families) as JSON")
     tasks.set_defaults(run=run_tasks)
 
 
@@ -56,15 +60,13 @@ def run_curate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"kept": result.kept, "total": result.total, "dropped": result.reasons}, indent=2))
         return 0
-    print(f"kept {result.kept} of {result.total} pairs -> {args.target}")
+    print(shown(f"kept {result.kept} of {result.total} pairs -> {args.target}"))
     for reason, count in sorted(result.reasons.items(), key=lambda item: -item[1]):
-        print(f"  dropped {count:5d}  {reason}")
+        print(shown(f"  dropped {count:5d}  {reason}"))
     return 0
 
 
 def run_tasks(args: argparse.Namespace) -> int:
-    if args.count < 1:
-        raise CommandError("--count must be at least 1")
     weights = None
     if args.favor_fast:
         try:
@@ -90,8 +92,13 @@ def run_tasks(args: argparse.Namespace) -> int:
                     out.write(json.dumps(task.record()) + "\n")
     except OSError as error:
         raise CommandError(f"cannot write {args.target}: {error.strerror or error}") from None
-    print(f"wrote {len(tasks)} {args.split} tasks -> {args.target}")
-    for family, count in sorted(Counter(task.family for task in tasks).items()):
+    families = dict(sorted(Counter(task.family for task in tasks).items()))
+    if args.json:
+        print(json.dumps({"wrote": len(tasks), "split": args.split, "target": str(args.target),
+                          "kernelbench": args.kernelbench, "families": families}, indent=2))
+        return 0
+    print(shown(f"wrote {len(tasks)} {args.split} tasks -> {args.target}"))
+    for family, count in families.items():
         print(f"  {family:<11} {count:5d}")
     return 0
 

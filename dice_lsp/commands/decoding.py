@@ -8,11 +8,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from dice_lsp.commands.arguments import count, number, positive
+from dice_lsp.commands.errors import CommandError
 from dice_lsp.engine.settings import DecodeSettings
 from dice_lsp.settings import Decoding
 
 # Every decoding flag, in the order of --help. `train rl` takes fewer: its --steps counts optimizer steps.
 FLAGS = ("block_size", "steps", "strategy", "threshold", "temperature", "top_k", "top_p", "max_new_tokens")
+# The values the engine accepts (engine.decode.resolve checks them again, with the checkpoint at hand), checked while
+# parsing so that a bad one is a usage error before the model loads
+TYPES = {"block_size": positive, "steps": positive, "max_new_tokens": positive, "top_k": count,
+         "temperature": number(), "threshold": number(0.0, 1.0), "top_p": number(0.0, 1.0, low_open=True)}
 
 _FIELDS = {item.name: item for item in fields(DecodeSettings)}
 
@@ -29,10 +35,19 @@ def add_decoding_options(group, defaults=None, names: tuple[str, ...] = FLAGS) -
         if "choices" in owner.metadata:
             options["choices"] = owner.metadata["choices"]
         else:
-            options["type"] = type(owner.default)
+            options["type"] = TYPES[name]
         group.add_argument("--" + name.replace("_", "-"), **options)
 
 
 def decoding_from(args: argparse.Namespace) -> Decoding:
     """The editor's Decoding, which the engine reads, from the flags `add_decoding_options` added with all names."""
     return Decoding(**{name: getattr(args, name) for name in FLAGS})
+
+
+def refuse_identical_samples(samples: int | None, decoding: Decoding, what: str = "kernels") -> None:
+    """Several samples of one prompt under greedy decoding (top-k 1, or temperature 0) are one text decoded several
+    times over, at as many times the cost: a CommandError that says which flag makes them differ."""
+    if (samples or 1) > 1 and (decoding.top_k == 1 or decoding.temperature == 0):
+        raise CommandError(f"--samples {samples} with greedy decoding (--top-k {decoding.top_k}, --temperature "
+                           f"{decoding.temperature:g}) would write {samples} identical {what}; sample instead with "
+                           "--top-k 0 (or --top-k K > 1) and --temperature above 0")

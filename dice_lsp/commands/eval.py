@@ -6,15 +6,19 @@ Writes samples.jsonl (one record per sample, resumable), table.md and chart.png 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from dataclasses import asdict
 from pathlib import Path
 
+from dice_lsp.commands.arguments import positive
 from dice_lsp.commands.check import add_check_options, options_from
-from dice_lsp.commands.decoding import add_decoding_options, decoding_from
+from dice_lsp.commands.decoding import add_decoding_options, decoding_from, refuse_identical_samples
 from dice_lsp.commands.errors import CommandError
-from dice_lsp.evaluation import (EvaluationError, Generator, Plan, SolutionFiles, evaluate, find_problems,
+from dice_lsp.commands.terminal import shown
+from dice_lsp.evaluation import (Evaluation, EvaluationError, Generator, Plan, SolutionFiles, evaluate, find_problems,
                                  parse_levels, result_settings)
+from dice_lsp.evaluation.metrics import statuses
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,16 +31,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id in the local cache to generate with")
     parser.add_argument("--solutions", type=Path, metavar="DIR",
                         help="score existing files instead of generating: DIR/levelN/NAME.py or NAME_sampleK.py")
-    parser.add_argument("--samples", type=int, help="samples per problem (default 1; with --solutions: as found)")
+    parser.add_argument("--samples", type=positive,
+                        help="samples per problem (default 1; with --solutions: as found; more than one generated "
+                             "needs sampling: --top-k 0)")
     parser.add_argument("--out", type=Path, help="output folder (default ./eval-<model or solutions name>)")
-    parser.add_argument("--batch", type=int, default=16, help="samples built in parallel, then checked (default 16)")
-    parser.add_argument("--workers", type=int, help="parallel builds (default: one per core)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--batch", type=positive, default=16,
+                        help="samples built in parallel, then checked (default 16)")
+    parser.add_argument("--workers", type=positive, help="parallel builds (default: one per core)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a "
+                                                              "terminal)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the scores, outcome counts and output paths as JSON instead of the table")
     add_check_options(parser.add_argument_group("checking (as dice-lsp check; --device also for generation)"),
                       baseline="eager",
                       baseline_help="references to time; fast_p uses torch.compile only with 'compile' (default eager)")
     decode = parser.add_argument_group("generation")
-    decode.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+    decode.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
+                        help="the model's weights: auto is the checkpoint's dtype on GPU, float32 on CPU")
     add_decoding_options(decode)
     parser.set_defaults(run=run)
 
@@ -44,10 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if (args.model is None) == (args.solutions is None):
         raise CommandError("give --model M to generate kernels, or --solutions DIR to score existing ones (not both)")
-    for name in ("samples", "batch", "workers", "trials", "steps", "max_new_tokens", "block_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise CommandError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+    if args.model is not None:
+        refuse_identical_samples(args.samples, decoding_from(args), "kernels per problem")
     try:
         problems = find_problems(args.problems, parse_levels(args.levels))
         options = options_from(args)
@@ -68,11 +77,24 @@ def run(args: argparse.Namespace) -> int:
         result = evaluate(plan, source, settings)
     except EvaluationError as error:
         raise CommandError(str(error)) from error
-    print(result.table.read_text(), end="")
+    if args.json:
+        print(json.dumps(summary(result, out, samples), indent=2))
+        return 0
+    print(shown(result.table.read_text(), lines=True), end="")
     resumed = f"; {result.skipped} finished earlier, skipped" if result.skipped else ""
-    print(f"\n{len(result.records)} samples in {out / 'samples.jsonl'}{resumed}; table {result.table}, "
-          f"chart {result.chart}")
+    print(shown(f"\n{len(result.records)} samples in {out / 'samples.jsonl'}{resumed}; table {result.table}, "
+                f"chart {result.chart}", lines=True))
     return 0
+
+
+def summary(result: Evaluation, out: Path, samples: int) -> dict:
+    """The evaluation as JSON: every row of the table (rates as fractions), the outcome counts and where files are."""
+    rows = [{"level": s.level, "unit": s.unit, "check": "robust" if s.robust else "plain", "total": s.total,
+             "passed": s.passed, "exec": s.exec_rate, **{f"fast_{p:g}": s.fast_rate(p) for p, _ in s.fast},
+             "geomean_speedup": s.geomean, "timed": s.timed} for s in result.scores]
+    return {"samples_per_problem": samples, "records": len(result.records), "skipped": result.skipped,
+            "scores": rows, "outcomes": {str(level): counts for level, counts in statuses(result.records).items()},
+            "samples_file": str(out / "samples.jsonl"), "table": str(result.table), "chart": str(result.chart)}
 
 
 def slug(name: str) -> str:

@@ -8,6 +8,7 @@ import json
 import sys
 from dataclasses import replace
 
+from dice_lsp.commands.arguments import count, device, number, positive
 from dice_lsp.commands.decoding import add_decoding_options
 from dice_lsp.commands.errors import CommandError
 from dice_lsp.engine.errors import EngineError
@@ -34,28 +35,36 @@ def _common(parser: argparse.ArgumentParser, lr: float) -> None:
     parser.add_argument("--model", required=True, help="checkpoint to start from (directory or cached hub id)")
     parser.add_argument("--data", required=True, help="JSONL of {reference, solution, level?}")
     parser.add_argument("--out", required=True, help="run directory (checkpoints, final/, metrics, plots)")
-    parser.add_argument("--lr", type=float, default=lr)
-    parser.add_argument("--warmup-steps", type=int, default=0)
-    parser.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
-    parser.add_argument("--weight-decay", type=float, default=0.0)
-    parser.add_argument("--grad-clip", type=float, default=1.0)
-    parser.add_argument("--lora-rank", type=int, default=0, help="LoRA rank (0 = full fine-tuning)")
-    parser.add_argument("--lora-alpha", type=float, default=32.0)
+    parser.add_argument("--lr", type=number(low_open=True), default=lr, help="peak learning rate (default %(default)g)")
+    parser.add_argument("--warmup-steps", type=count, default=0,
+                        help="optimizer steps of linear warm-up to --lr (default 0)")
+    parser.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                        help="the learning rate after warm-up: cosine decay to 10%% of --lr, or constant "
+                             "(default cosine)")
+    parser.add_argument("--weight-decay", type=number(), default=0.0, help="AdamW weight decay (default 0)")
+    parser.add_argument("--grad-clip", type=number(low_open=True), default=1.0,
+                        help="clip the gradient's global norm to this (default 1.0; inf: no clipping)")
+    parser.add_argument("--lora-rank", type=count, default=0, help="LoRA rank (0 = full fine-tuning)")
+    parser.add_argument("--lora-alpha", type=number(low_open=True), default=32.0,
+                        help="LoRA scaling numerator: updates are scaled by alpha / rank (default 32)")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
                         help="auto: bf16 autocast on GPU, fp32 on CPU (master weights are fp32)")
-    parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--attention", choices=("auto", "sdpa", "flex"), default="auto")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute each layer's activations in the backward pass: less memory, more time")
+    parser.add_argument("--attention", choices=("auto", "sdpa", "flex"), default="auto",
+                        help="the block-diffusion attention: sdpa with a dense mask, or FlexAttention with a block "
+                             "mask (auto: flex on GPU, sdpa on CPU)")
+    parser.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--fsdp", action="store_true", help="shard weights over ranks (torchrun) instead of DDP")
-    parser.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps")
-    parser.add_argument("--keep", type=int, default=2, help="checkpoints to keep")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save-every", type=positive, default=100, help="checkpoint every N steps (default 100)")
+    parser.add_argument("--keep", type=count, default=2, help="checkpoints to keep (default 2; 0 = all)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0; rank r adds r)")
     parser.add_argument("--no-resume", action="store_true", help="start over even if OUT has a checkpoint")
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--time-limit", type=number(), default=0.0, metavar="SECONDS",
                         help="stop after this much training, resumes included; the learning rate then decays with "
                              "the clock instead of the step count (0 = no limit)")
-    parser.add_argument("--stop-after", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--stop-after", type=number(), default=0.0, metavar="SECONDS",
                         help="stop this run after this much training and save it; the same command continues it "
                              "(with --time-limit, the schedule spans the whole limit across the pieces)")
 
@@ -71,33 +80,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     init.add_argument("--out", required=True, help="checkpoint directory to write")
     # Defaults (None here) come from dice_lsp.train.scratch.Shape when the command runs, so --help stays fast.
     for name, help_text in SHAPE_OPTIONS:
-        init.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=help_text)
-    init.add_argument("--seed", type=int, default=0)
+        init.add_argument("--" + name.replace("_", "-"), type=positive, default=None, help=help_text)
+    init.add_argument("--seed", type=int, default=0, help="for the random weights (default 0)")
     init.set_defaults(run=run_init)
     sft = stages.add_parser("sft", help="block-diffusion supervised fine-tuning")
     _common(sft, 1e-5)
-    sft.add_argument("--epochs", type=int, default=3)
-    sft.add_argument("--batch-size", type=int, default=8, help="samples per optimizer step, all ranks together")
-    sft.add_argument("--cutoff", type=int, default=6144, help="tokens per sample at most")
-    sft.add_argument("--token-budget", type=int, default=0, help="tokens per packed row (0 = 2 x cutoff)")
-    sft.add_argument("--kinds", default="e2e,infill", help="sample kinds: e2e, infill or both")
-    sft.add_argument("--max-steps", type=int, default=0)
+    sft.add_argument("--epochs", type=positive, default=3, help="passes over the data (default 3)")
+    sft.add_argument("--batch-size", type=positive, default=8,
+                     help="samples per optimizer step, all ranks together (default 8)")
+    sft.add_argument("--cutoff", type=positive, default=6144,
+                     help="tokens per sample at most, prompt included (default 6144)")
+    sft.add_argument("--token-budget", type=count, default=0, help="tokens per packed row (0 = 2 x cutoff)")
+    sft.add_argument("--kinds", default="e2e,infill",
+                     help="sample kinds, comma-separated: e2e (whole solution), infill (the CUDA core) or both")
+    sft.add_argument("--max-steps", type=count, default=0, help="stop after this many optimizer steps (0 = no limit)")
     sft.set_defaults(run=run_sft)
     rl = stages.add_parser("rl", help="BiC-RL: rollouts, harness rewards, TraceRL updates")
     _common(rl, 1e-6)
     rl.add_argument("--stage", choices=("infill", "e2e"), required=True,
                     help="infill = stage 1; e2e = stage 2 (start it from stage 1's OUT/final)")
-    rl.add_argument("--steps", type=int, default=0, help="optimizer steps (0 = one pass over the tasks)")
-    rl.add_argument("--tasks-per-step", type=int, default=64)
-    rl.add_argument("--group-size", type=int, default=16)
+    rl.add_argument("--steps", type=count, default=0, help="optimizer steps (0 = one pass over the tasks)")
+    rl.add_argument("--tasks-per-step", type=positive, default=64, help="problems per optimizer step (default 64)")
+    rl.add_argument("--group-size", type=positive, default=16,
+                    help="rollouts per problem; rewards are compared within a group (default 16)")
     # Rollouts decode as BiC-RL does (dynamically, at tau 0.9); --steps above counts optimizer steps, not passes.
     add_decoding_options(rl.add_argument_group("rollout decoding"), ROLLOUT_DECODING,
                          ("threshold", "temperature", "max_new_tokens"))
-    rl.add_argument("--rollout-batch", type=int, default=64)
-    rl.add_argument("--speed-weight", type=float, default=0.0,
+    rl.add_argument("--rollout-batch", type=positive, default=64, help="sequences decoded together (default 64)")
+    rl.add_argument("--speed-weight", type=number(), default=0.0,
                     help="bonus per log2 speedup for correct samples (0 = DICE's binary reward)")
-    rl.add_argument("--harness-device", default="auto", help="where rewards are checked: auto, cpu, cuda")
-    rl.add_argument("--token-budget", type=int, default=16384)
+    rl.add_argument("--harness-device", type=device, default="auto",
+                    help="where rewards are checked: auto, cpu, cuda or cuda:N")
+    rl.add_argument("--token-budget", type=positive, default=16384,
+                    help="tokens per packed row in the policy update (default 16384)")
     rl.set_defaults(run=run_rl)
 
 

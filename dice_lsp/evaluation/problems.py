@@ -66,6 +66,10 @@ def find_problems(root: Path, levels: tuple[int, ...] | None = None) -> list[Pro
                 for level in sorted(levels or found)
                 for path in sorted(found[level].glob("*.py"), key=_number_then_name)
                 if not path.name.startswith((".", "_"))]
+    for problem in problems:  # its name is shown in progress lines and kept in every record
+        if not problem.name.isprintable():
+            raise EvaluationError(f"{ascii(str(problem.path))}: a problem's file name must be printable (no control "
+                                  "or format characters); rename it")
     if not problems:
         raise EvaluationError(f"no problem files (*.py) under the chosen levels of {root}")
     return problems

@@ -170,5 +170,6 @@ def result_settings(source: str, options: Options, decoding: dict | None = None)
 
 
 def progress_bar(total: int, done: int, enabled: bool) -> tqdm:
-    return tqdm(total=total, initial=done, unit="sample", desc="eval", disable=not enabled, dynamic_ncols=True,
-                smoothing=0.1)
+    """A bar on stderr when it is a terminal (tqdm's `disable=None`): a log file gets no stream of redraws."""
+    return tqdm(total=total, initial=done, unit="sample", desc="eval", disable=None if enabled else True,
+                dynamic_ncols=True, smoothing=0.1)

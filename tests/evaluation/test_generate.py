@@ -1,6 +1,6 @@
 """The generate path: kernels written to OUT/kernels before checking, code-less samples recorded, resumes reuse files.
 
-End to end with the engine's tiny random model when the engine offers `generate_kernel`; its samples fail, as expected.
+End to end with the engine's tiny random model: its samples fail, as expected.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_generated_kernels_are_kept_and_a_resumed_run_checks_them_without_genera
     monkeypatch.setattr(sources.Generator, "loaded", lambda self: "loaded model")
     monkeypatch.setattr(sources.Generator, "find", lambda self: tmp_path)
     out = tmp_path / "out"
-    assert main(generate_args(problem_set, "some/model", out, "--samples", "2")) == 0
+    assert main(generate_args(problem_set, "some/model", out, "--samples", "2", "--top-k", "0")) == 0
     assert asked == [(True, 2), (True, 2)]  # one batch of 2 samples per problem
     kernel = out / "kernels/level1/1_add_sample0.py"
     assert kernel.read_text().endswith("return self.ext.add_values(a, b)\n")
@@ -47,19 +47,15 @@ def test_generated_kernels_are_kept_and_a_resumed_run_checks_them_without_genera
     log.write_text("".join(line + "\n" for line in log.read_text().splitlines()
                            if (json.loads(line)["problem"], json.loads(line)["sample"]) != ("1_add", 0)))
     asked.clear()
-    assert main(generate_args(problem_set, "some/model", out, "--samples", "2")) == 0
+    assert main(generate_args(problem_set, "some/model", out, "--samples", "2", "--top-k", "0")) == 0
     assert asked == []
     assert read_records(out)[(1, "1_add", 0)].report.status == "correct"
 
 
 def test_tiny_model_end_to_end(build_cache, problem_set, tiny_model_dir, tmp_path, capsys):
-    from dice_lsp import engine
-
-    if not hasattr(engine, "generate_kernel"):
-        pytest.skip("engine.generate_kernel is not in this checkout yet")
     out = tmp_path / "tiny"
     assert main(generate_args(problem_set, tiny_model_dir, out, "--samples", "2", "--max-new-tokens", "64",
-                              "--dtype", "float32")) == 0
+                              "--dtype", "float32", "--top-k", "0")) == 0
     records = read_records(out)
     assert sorted(records) == [(1, "1_add", 0), (1, "1_add", 1), (1, "2_small_sum", 0), (1, "2_small_sum", 1)]
     assert all(r.report.status != "correct" for r in records.values())  # random weights write no working kernel
@@ -77,6 +73,9 @@ def test_user_errors_are_one_line_with_the_fix(problem_set, tmp_path, capsys):
     assert main(["eval", str(problem_set), "--model", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
     assert "no checkpoint directory" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    # Greedy decoding (the default) writes one text however many samples are asked for
+    assert main(["eval", str(problem_set), "--model", str(tmp_path / "none"), "--samples", "3"]) == 2
+    assert "would write 3 identical kernels per problem; sample instead with --top-k 0" in capsys.readouterr().err
 
 
 def test_the_engine_seam_reads_drafts_and_reports_blocks(monkeypatch):

@@ -52,3 +52,11 @@ def test_solution_files_by_sample_index(tmp_path):
     kernels = source.kernels(add, "", [0, 1])
     assert kernels[0].text == "# problem\n" and kernels[1].text is None
     assert kernels[1].note == "no solution file level1/1_add_sample1.py"
+
+
+def test_a_problem_named_with_control_characters_is_refused(tmp_path):
+    """Its name would reach the terminal in progress lines; a forged file name is refused, never printed."""
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "1_add\x1b[2K.py").write_text("class Model: ...\n")
+    with pytest.raises(EvaluationError, match=r"must be printable .*rename it"):
+        find_problems(tmp_path)

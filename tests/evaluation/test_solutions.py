@@ -58,6 +58,18 @@ def test_rerun_skips_every_finished_sample(uninterrupted, eval_args, capsys):
     assert (uninterrupted / "samples.jsonl").read_text() == before
 
 
+def test_json_holds_the_tables_rows_and_where_the_files_are(uninterrupted, eval_args, capsys):
+    assert main(eval_args(uninterrupted, "--json")) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["records"] == 9 and result["skipped"] == 9 and result["samples_per_problem"] == 3
+    plain = next(r for r in result["scores"] if (r["level"], r["unit"], r["check"]) == (1, "samples", "plain"))
+    assert (plain["total"], plain["passed"], plain["exec"], plain["fast_1"]) == (6, 3, 0.5, 0.0)
+    robust = next(r for r in result["scores"] if (r["level"], r["unit"], r["check"]) == (1, "samples", "robust"))
+    assert robust["passed"] == 1 and robust["geomean_speedup"] is None  # nothing timed: --baseline none
+    assert result["outcomes"]["1"] == {"correct": 3, "mismatch": 1, "invalid": 2, "deceptive": 3}
+    assert result["table"] == str(uninterrupted / "table.md")
+
+
 def test_each_report_reaches_eval_while_later_checks_still_run(build_cache, problem_set, solution_text):
     from dice_lsp.evaluation.problems import find_problems
     from dice_lsp.evaluation.run import check
