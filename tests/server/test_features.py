@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -12,22 +12,11 @@ from pytest_lsp import LanguageClient
 FILES = Path(__file__).parent.parent / "anatomy" / "files"
 
 
-async def opened(client: LanguageClient, path: Path) -> str:
-    uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
-        uri=uri, language_id="python", version=1, text=path.read_text())))
-    for _ in range(200):
-        if uri in client.diagnostics:
-            return uri
-        await asyncio.sleep(0.05)
-    raise AssertionError("no diagnostics published on open")
-
-
 @pytest.mark.asyncio
-async def test_hover_on_a_kernel_names_it_and_its_kind(client: LanguageClient, tmp_path):
+async def test_hover_on_a_kernel_names_it_and_its_kind(client: LanguageClient, events, tmp_path):
     path = tmp_path / "matmul.py"
     path.write_text((FILES / "honest_matmul_odd_strings.py").read_text())
-    uri = await opened(client, path)
+    uri = await events.opened(client, path)
     lines = path.read_text().splitlines()
     line = next(i for i, text in enumerate(lines) if "void tiled_matmul_kernel(" in text)
     column = lines[line].index("tiled_matmul_kernel") + 3
@@ -40,10 +29,10 @@ async def test_hover_on_a_kernel_names_it_and_its_kind(client: LanguageClient, t
 
 
 @pytest.mark.asyncio
-async def test_code_lens_above_model_new_offers_benchmark(client: LanguageClient, tmp_path):
+async def test_code_lens_above_model_new_offers_benchmark(client: LanguageClient, events, tmp_path):
     path = tmp_path / "matmul.py"
     path.write_text((FILES / "honest_matmul_odd_strings.py").read_text())
-    uri = await opened(client, path)
+    uri = await events.opened(client, path)
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
     assert [lens.command.title for lens in lenses] == ["Benchmark"]
     assert lenses[0].command.command == "dice.server.benchmark"
@@ -51,20 +40,31 @@ async def test_code_lens_above_model_new_offers_benchmark(client: LanguageClient
 
 
 @pytest.mark.asyncio
-async def test_settings_change_applies_without_restart(client: LanguageClient, tmp_path):
+async def test_settings_change_applies_without_restart_and_cuda_home_chooses_the_toolkit(client: LanguageClient,
+                                                                                          events, tmp_path):
+    """Trust and dice.cudaHome reach the running server: a cudaHome without nvcc stops a CUDA check even where nvcc
+    is on PATH (the build would use that toolkit and no other), and pointing it at a toolkit starts the check."""
+    toolkit = next((home for home in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda")
+                    if home and Path(home, "bin", "nvcc").is_file()), None)
+    if toolkit is None:
+        pytest.skip("no CUDA toolkit here to point dice.cudaHome at")
     path = tmp_path / "solution.py"
     path.write_text((FILES / "honest_add_with_model.py").read_text())
-    uri = await opened(client, path)
-    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="dice.server.benchmark", arguments=[uri]))
-    assert "not trusted" in result["message"]
-    # The user trusts the workspace and points cudaHome at a place with no nvcc: the next request sees both.
-    client.set_configuration({"trustedWorkspace": True, "cudaHome": str(tmp_path / "no-cuda")}, section="dice")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-    for _ in range(100):
+    uri = await events.opened(client, path)
+
+    async def benchmark() -> str:
         result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command="dice.server.benchmark", arguments=[uri]))
-        if "not trusted" not in result["message"]:
-            break
-        await asyncio.sleep(0.05)
-    assert "not trusted" not in result["message"]
+        return result["message"]
+
+    assert "not trusted" in await benchmark()
+    # The user trusts the workspace and points cudaHome at a place with no nvcc: the next request sees both.
+    await events.configure(client, trustedWorkspace=True, cudaHome=str(tmp_path / "no-cuda"))
+    assert await benchmark() == "no nvcc"
+    assert [m.message for m in client.messages if "nvcc" in m.message] == ["dice-lsp: no nvcc found in dice.cudaHome"]
+    # Then at a toolkit (by another path, so the setting is all that changed where nvcc is found): the check starts.
+    (tmp_path / "toolkit").symlink_to(toolkit)
+    await events.configure(client, trustedWorkspace=True, cudaHome=str(tmp_path / "toolkit"))
+    assert await benchmark() == "checking"
+    await events.status_reached(client, uri, "checking")
+    client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))  # cancels
