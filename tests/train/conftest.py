@@ -198,3 +198,36 @@ def sft_command(tiny_model_dir, toy_jsonl, toy_cutoff):
                 "--schedule", "constant", "--no-progress", *options]
 
     return command
+
+
+def answer_loss(checkpoint, kind: str, cutoff: int, draws: int = 4) -> float:
+    """The SFT objective of the checkpoint on disk over the toy set's samples of `kind`, at noise drawn from fixed
+    seeds: what training on that set must lower. Loaded from disk, so it measures what a run exported."""
+    from dice_lsp.engine.checkpoint import load
+    from dice_lsp.train.data import Pair, sft_samples
+    from dice_lsp.train.objective import Objective
+    from dice_lsp.train.pack import IGNORE, join
+    from dice_lsp.train.sft import fit, sft_loss, sft_piece
+
+    loaded = load(str(checkpoint), device="cpu", dtype="float32")
+    config, objective = loaded.config, Objective(loaded.model)
+    pairs = [Pair(p["reference"], p["solution"]) for p in toy_pairs()]
+    samples, _ = fit(sft_samples(loaded.tokenizer, config, pairs, kinds=(kind,))[0], cutoff)
+    losses = []
+    with torch.no_grad():
+        for index, sample in enumerate(samples):
+            for draw in range(draws):
+                noise = torch.Generator().manual_seed(1000 * index + draw)
+                piece = sft_piece(sample.prompt_ids, sample.answer_ids, config.block_size, config.mask_token_id,
+                                  config.eos_token_id, noise, index)
+                row = join([piece], None, config.eos_token_id)
+                ce = objective(row.input_ids, row.position, objective.mask(row), row.target)
+                weight = row.weight.reshape(-1)[row.target.reshape(-1) != IGNORE]
+                losses.append(float(sft_loss(ce, weight, piece.answer_tokens)))
+    return sum(losses) / len(losses)
+
+
+@pytest.fixture(scope="session")
+def toy_answer_loss():
+    """`toy_answer_loss(checkpoint, kind, cutoff)`: see answer_loss."""
+    return answer_loss
