@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from dice_lsp import harness
 
@@ -15,14 +16,22 @@ def gpu_options(options):
 
 
 def test_cuda_kernel_is_verified_timed_and_profiled(files, gpu_options):
+    """The numbers a user reads, within what this kernel can give: one elementwise add of two 512x512 float32
+    tensors, as fast as eager's own add within a few times either way (0.62-1.01x on the H200, RESULTS.md), a few
+    microseconds a forward, nearly all of its GPU time in add_kernel, on this machine's GPU."""
     report = harness.check(files.text("add_reference.py"), files.text("cuda_solution.py"), gpu_options)
     assert report.status == "correct", report.summary() + report.log
+    assert report.device in {torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())}
     own = [k for k in report.kernels if k.own]
-    assert [k.name for k in own] == ["add_kernel"] and own[0].share > 0
+    assert [k.name for k in own] == ["add_kernel"], report.kernels
+    assert 0.5 <= own[0].share <= 1.0 and 0.5 < own[0].time_us < 100 and own[0].launches == 1, own[0]  # per forward
     assert [f.code for f in report.findings] == ["kernel-not-launched"]
-    assert report.speedup_eager and report.speedup_compile
     assert set(report.timings) == {"solution", "eager", "compile"}
-    assert "H" in report.device or report.device
+    assert 0.3 < report.speedup_eager < 3.0 and 0.1 < report.speedup_compile < 10.0, report.summary()
+    solution, eager = report.timings["solution"], report.timings["eager"]
+    assert solution.clock == "cuda-events" and 0.0005 < solution.median_ms < 0.5, solution  # 0.5 us to 0.5 ms
+    assert solution.trials >= 100 and eager.trials >= 100
+    assert report.speedup_eager == pytest.approx(eager.median_ms / solution.median_ms, rel=1e-6)
     assert next(s.detail for s in report.stages if s.name == "verify").endswith("outputs by CUDA IPC")
 
 
