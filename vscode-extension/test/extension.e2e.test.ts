@@ -205,6 +205,9 @@ describe("workspace trust, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () =
     });
 });
 
+// The interpreter's environment (sys.prefix: a venv's folder, or the installation's), and its path inside it.
+const ENVIRONMENT = "import os, sys; print(sys.prefix); print(os.path.relpath(sys.executable, sys.prefix))";
+
 describe("the Python extension's interpreter, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
     const context = { subscriptions: [] as { dispose(): unknown }[] };
     const changed = new EventEmitter<unknown>();
@@ -242,9 +245,13 @@ describe("the Python extension's interpreter, end to end", { timeout: 4 * SERVER
         let published = diceDiagnostics(Uri.file(file).toString());
         mock.openDocument(file, DECEPTIVE_SOLUTION);
         await published;
-        // The same interpreter by another path: a different selection to the extension, one that still runs.
-        selected = path.join(folder, "python3");
-        fs.symlinkSync(python, selected);
+        // The same interpreter by another path: a different selection to the extension, one that still runs. Its
+        // whole environment is linked, not the executable alone: a venv's python3 linked into another folder no longer
+        // finds the venv's pyvenv.cfg beside it, so it runs without the venv's packages.
+        const [prefix, executable] = execFileSync(python, ["-c", ENVIRONMENT], { encoding: "utf8" }).trim()
+            .split("\n");
+        fs.symlinkSync(prefix, path.join(folder, "environment"));
+        selected = path.join(folder, "environment", executable);
         mock.diagnostics.clear();
         published = diceDiagnostics(Uri.file(file).toString());
         changed.fire(undefined);
