@@ -23,6 +23,18 @@ SOLUTIONS = {
 }
 
 
+BUILDING_FIXTURES = {"build_cache", "uninterrupted"}  # a test that asks for either builds the C++ extension
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that build are `slow` (pyproject's markers), so `-m "not slow"` runs no compiler: marked here, where the
+    fixtures that build are, rather than test by test."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here) and BUILDING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def solution(forward: str) -> str:
     return (FILES / "solution.py").read_text().replace("FORWARD", forward)
 
