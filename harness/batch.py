@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterator, Sequence
 
 from dice_lsp.harness import process
@@ -46,7 +47,8 @@ def prebuild(solutions: Sequence[str], options: Options, workers: int | None = N
     def build(text: str) -> None:
         worker = process.Worker(options, env, warm=False)
         try:
-            worker.call(Build(path=worker.file("solution.py", text), options=cached), options.build_timeout)
+            worker.send(Build(path=worker.file("solution.py", text), options=cached))
+            process.serve_builds(worker, cached, options.build_timeout, extra_env=env)
         except HarnessError:
             pass  # the check that follows reports it, exactly as single mode would
         finally:
@@ -60,7 +62,11 @@ def prepare(options: Options) -> str:
     """Build the precompiled torch header in a worker now, so the first check's light build finds it (a machine's
     first check on the H200 machine: 40-59 s with it to build, 16-22 s without); returns its path. Raises
     HarnessError when it cannot be built (no CUDA toolkit, a compiler error), which the first check reports again."""
-    worker = process.Worker(options, warm=False)
+    root = Path(options.extensions_dir)
+    for name in ("pch", "prepare"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+    # A builder: it writes the shared header and runs no code of any candidate's
+    worker = process.Worker(options, warm=False, role="builder", writable=(str(root / "pch"), str(root / "prepare")))
     try:
         answer = worker.call(Prepare(cache_dir=options.extensions_dir), options.build_timeout)
     finally:

@@ -1,7 +1,9 @@
-"""Build stage, inside a worker: the candidate's own `load_inline` calls, routed through the persistent build cache.
+"""Build stage: the candidate's own `load_inline` calls, routed through the persistent build cache.
 
-Each call is keyed by its content; a cached build is imported directly, a new one is tried as a light build first
-(`harness.light`) and falls back to load_inline as the candidate wrote it, whose compiler output becomes diagnostics.
+Each call is keyed by its content. In the candidate's worker (`Builder`) a cached build is loaded after its hash is
+checked; a new one is made by a builder worker (`compile_entry`), which alone writes the cache and never loads what
+it builds: a light build first (`harness.light`), else load_inline as the candidate wrote it, whose compiler output
+becomes diagnostics.
 """
 
 from __future__ import annotations
@@ -10,15 +12,16 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import inspect
+import json
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from dice_lsp.harness import light
-from dice_lsp.harness.cache import BuildLock, content_key
+from dice_lsp.harness.cache import BuildLock, content_key, read_done, write_done
 
 # load_inline's implicit includes, checked against torch/utils/cpp_extension.py: main.cpp gets one line before the
 # cpp sources, cuda.cu three lines before the cuda sources; sources are joined with "\n".
@@ -106,95 +109,197 @@ def import_library(name: str, path: str) -> Any:
     return module
 
 
-class Builder:
-    """Replaces torch's load_inline in this process; records every call in `extensions`."""
+@dataclass(frozen=True)
+class Call:
+    """One load_inline call as data: what decides its build, and all a builder needs to make it."""
 
-    def __init__(self, root: str, try_light: bool, arch: str) -> None:
-        # torch only here: the caller's process reads this module's Extension and Segment (messages) without it
-        import torch
+    name: str
+    cpp: tuple[str, ...]
+    cuda: tuple[str, ...]
+    flags: dict[str, Any]  # load_inline's other arguments that change the build (extra_cflags, functions, ...)
+    arch: str  # TORCH_CUDA_ARCH_LIST
+    torch: str
+    python: str
+
+    @property
+    def key(self) -> str:
+        return content_key({"name": self.name, "cpp": list(self.cpp), "cuda": list(self.cuda), "flags": self.flags,
+                            "torch": self.torch, "arch": self.arch, "python": self.python})
+
+    def directory(self, root: str | os.PathLike[str]) -> Path:
+        return Path(root) / f"{self.name}-{self.key}"
+
+    @property
+    def python_module(self) -> bool:
+        return bool(self.flags.get("is_python_module", True))
+
+    @property
+    def plain_flags(self) -> bool:
+        """No compiler or linker flags of the candidate's: such builds may share the precompiled header (flags could
+        make a compiler load code, so a build with them never writes what other builds use)."""
+        return not any(self.flags.get(k) for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags",
+                                                   "extra_include_paths"))
+
+
+FLAGS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "functions", "with_cuda",
+         "is_python_module", "with_pytorch_error_handling", "no_implicit_headers")
+
+
+def _torch_version() -> str:
+    import torch  # only in a worker: the caller's process reads Extension and Segment without torch
+
+    return torch.__version__
+
+
+class Builder:
+    """Replaces torch's load_inline in a worker that runs a candidate; records every call in `extensions`.
+
+    A call whose entry the cache holds (its library's hash checked) is loaded from there. Any other is asked of
+    the caller through `ask(call, mode) -> Extension`: the caller has a builder worker make the entry (this process
+    cannot write the cache), then this one loads what it made. `mode` "plain" asks for the plain build after a
+    light one did not load."""
+
+    def __init__(self, root: str, arch: str, ask: Callable[[Call, str], Extension]) -> None:
         import torch.utils.cpp_extension as cpp_extension
 
         self.root = Path(root)
-        self.light = try_light
         self.arch = arch
+        self.ask = ask
         self.extensions: list[Extension] = []
         self.cpp_extension = cpp_extension
-        self.original = cpp_extension.load_inline
-        self.signature = inspect.signature(self.original)
-        self.torch_version = torch.__version__
+        self.signature = inspect.signature(cpp_extension.load_inline)
+        self.torch_version = _torch_version()
 
     def install(self) -> None:
         self.cpp_extension.load_inline = self.load_inline
 
-    def load_inline(self, *args: Any, **kwargs: Any) -> Any:
+    def call_of(self, *args: Any, **kwargs: Any) -> Call:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         p = dict(bound.arguments)
-        name = str(p["name"])
-        cpp, cuda = _strings(p.get("cpp_sources")), _strings(p.get("cuda_sources"))
-        flags = {k: p.get(k) for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
-                                       "functions", "with_cuda", "is_python_module", "with_pytorch_error_handling",
-                                       "no_implicit_headers") if k in p}
-        key = content_key({"name": name, "cpp": cpp, "cuda": cuda, "flags": flags, "torch": self.torch_version,
-                           "arch": self.arch, "python": sys.version_info[:2]})
-        directory = self.root / f"{name}-{key}"
-        record = Extension(name, key, str(directory), with_cuda=bool(cuda))
+        flags = {k: p.get(k) for k in FLAGS if k in p}
+        return Call(str(p["name"]), tuple(_strings(p.get("cpp_sources"))), tuple(_strings(p.get("cuda_sources"))),
+                    json.loads(json.dumps(flags, default=str)), self.arch, self.torch_version,
+                    "%d.%d" % sys.version_info[:2])
+
+    def load_inline(self, *args: Any, **kwargs: Any) -> Any:
+        call = self.call_of(*args, **kwargs)
+        directory = call.directory(self.root)
+        record = Extension(call.name, call.key, str(directory), with_cuda=bool(call.cuda))
         self.extensions.append(record)
         start = time.perf_counter()
         try:
-            with BuildLock(directory):
-                return self._load(p, name, cpp, cuda, directory, record)
+            done = read_done(directory)
+            if done is not None:
+                record.mode, record.cached, record.ok = done.mode, True, True
+            else:
+                self._ask(call, record, "")
+                done = read_done(directory)
+                if done is None:
+                    raise RuntimeError(f"the build of extension {call.name!r} left no library with its recorded hash")
+            record.layout = _layout(done.mode, list(call.cpp), list(call.cuda))
+            try:
+                return self._load(call, done.library)
+            except ImportError as error:
+                if done.mode != "light":
+                    raise
+                record.light_error = f"the light build did not load: {error}"[-4000:]
+            self._ask(call, record, "plain")  # the light build did not load: build it as written
+            done = read_done(directory)
+            if done is None or done.mode != "plain":
+                raise RuntimeError(f"the plain build of extension {call.name!r} left no library")
+            record.layout = _layout("plain", list(call.cpp), list(call.cuda))
+            return self._load(call, done.library)
         finally:
             record.seconds = time.perf_counter() - start
 
-    def _load(self, p: dict[str, Any], name: str, cpp: list[str], cuda: list[str], directory: Path,
-              record: Extension) -> Any:
-        done = directory / "dice.done"
-        if done.exists() and p.get("is_python_module", True):
-            mode, library = done.read_text().split("\n", 1)
-            if Path(library.strip()).exists():
-                record.mode, record.cached, record.ok = mode, True, True
-                record.layout = self._layout(mode, cpp, cuda)
-                return import_library(name, library.strip())
-        if self.light and cuda and p.get("is_python_module", True) and not p.get("no_implicit_headers"):
-            try:
-                library = light.build(name, cpp, cuda, p, directory / "light", self.original)
-                module = import_library(name, library)
-            except Exception as error:  # any failure of the light path only means: build it as written
-                record.light_error = f"{type(error).__name__}: {error}"[-4000:]
-            else:
-                done.write_text(f"light\n{library}")
-                record.mode, record.ok = "light", True
-                record.layout = self._layout("light", cpp, cuda)
-                return module
-        return self._plain(p, name, cpp, cuda, directory, record)
+    def _ask(self, call: Call, record: Extension, mode: str) -> None:
+        made = self.ask(call, mode)
+        light_error = record.light_error
+        for name in ("mode", "ok", "output", "light_error"):
+            setattr(record, name, getattr(made, name))
+        record.light_error = record.light_error or light_error
+        record.cached = False
+        record.layout = _layout(made.mode or "plain", list(call.cpp), list(call.cuda))  # where its errors point
+        if not made.ok:  # what torch raises, so the candidate's own error handling sees the usual exception
+            raise RuntimeError(f"Error building extension '{call.name}'")
 
-    def _plain(self, p: dict[str, Any], name: str, cpp: list[str], cuda: list[str], directory: Path,
-               record: Extension) -> Any:
-        plain = directory / "plain"
-        plain.mkdir(parents=True, exist_ok=True)
-        log = directory / "plain.log"
-        record.mode = "plain"
-        record.layout = self._layout("plain", cpp, cuda)
-        p = {**p, "build_directory": str(plain), "verbose": True, "cpp_sources": list(cpp),
-             "cuda_sources": list(cuda) or None}
-        try:
-            with captured_stdout(log):
-                module = self.original(**p)
-        except Exception as error:
-            record.output = _read(log) + "\n" + str(error)
-            raise
-        record.output = _read(log)
+    def _load(self, call: Call, library: str) -> Any:
+        if call.python_module:
+            return import_library(call.name, library)
+        import torch
+
+        torch.ops.load_library(library)
+        return library
+
+
+def compile_entry(call: Call, root: str, try_light: bool, mode: str = "") -> Extension:
+    """In a builder worker: make `call`'s cache entry (light first, unless `mode` is "plain"), never loading it.
+    Runs no code of the candidate's: its sources and flags go to the compilers only."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    directory = call.directory(root)
+    record = Extension(call.name, call.key, str(directory), with_cuda=bool(call.cuda))
+    start = time.perf_counter()
+    try:
+        with BuildLock(directory):
+            done = read_done(directory)
+            if done is not None and (mode != "plain" or done.mode == "plain"):
+                record.mode, record.cached, record.ok = done.mode, True, True
+                return record
+            arguments = {**call.flags, "name": call.name, "cpp_sources": list(call.cpp),
+                         "cuda_sources": list(call.cuda) or None}
+            original = _unloaded(cpp_extension)
+            if (try_light and mode != "plain" and call.cuda and call.python_module
+                    and not call.flags.get("no_implicit_headers")):
+                # Flags of the candidate's get a precompiled header of their own, inside the entry
+                shared = Path(root) if call.plain_flags else directory
+                try:
+                    library = light.build(call.name, list(call.cpp), list(call.cuda), arguments, directory / "light",
+                                          original, shared)
+                except Exception as error:  # any failure of the light path only means: build it as written
+                    record.light_error = f"{type(error).__name__}: {error}"[-4000:]
+                else:
+                    write_done(directory, "light", library)
+                    record.mode, record.ok = "light", True
+                    return record
+            _plain(arguments, call.name, directory, record, original)
+            return record
+    finally:
+        record.seconds = time.perf_counter() - start
+
+
+def _unloaded(cpp_extension: Any) -> Callable[..., Any]:
+    """torch's load_inline, made to build without loading: a builder never runs the library's initialisers."""
+    cpp_extension._import_module_from_library = lambda name, path, is_python_module: None
+    return cpp_extension.load_inline
+
+
+def _plain(arguments: dict[str, Any], name: str, directory: Path, record: Extension,
+           original: Callable[..., Any]) -> None:
+    plain = directory / "plain"
+    plain.mkdir(parents=True, exist_ok=True)
+    log = directory / "plain.log"
+    record.mode = "plain"
+    try:
+        with captured_stdout(log):
+            original(**{**arguments, "build_directory": str(plain), "verbose": True})
+    except Exception as error:
+        record.output = _read(log) + "\n" + str(error)
+        return
+    record.output = _read(log)
+    library = plain / f"{name}.so"
+    if library.exists():
+        write_done(directory, "plain", str(library))
         record.ok = True
-        library = plain / f"{name}.so"
-        if library.exists():
-            (directory / "dice.done").write_text(f"plain\n{library}")
-        return module
+    else:
+        record.output += f"\nthe build left no {library.name}"
 
-    def _layout(self, mode: str, cpp: list[str], cuda: list[str]) -> dict[str, list[Segment]]:
-        if mode == "light":
-            return light.layout(cpp, cuda)
-        return layout(cpp, cuda, MAIN_CPP_HEADER, CUDA_CU_HEADER)
+
+def _layout(mode: str, cpp: list[str], cuda: list[str]) -> dict[str, list[Segment]]:
+    if mode == "light":
+        return light.layout(cpp, cuda)
+    return layout(cpp, cuda, MAIN_CPP_HEADER, CUDA_CU_HEADER)
 
 
 def _read(path: Path) -> str:

@@ -1,7 +1,11 @@
-"""The persistent build cache: one directory per extension content, guarded by a lock whose owner is known.
+"""The persistent build cache: one directory per extension content, written only by a trusted builder.
 
-torch's own FileBaton (`<dir>/lock`) has no owner, so a killed build would block every later one; we hold our own
-lock (`<dir>/dice.lock`, holding the owner's pid) around each build and delete torch's lock when its owner is dead.
+Each entry holds `dice.done`: the build's mode, its library's path and the library's SHA-256, written last (by a
+rename, so a reader sees all of it or nothing) and checked before the library is loaded. Builds of one entry are
+serialised by `BuildLock`, an flock on `<dir>/dice.lock` that the kernel releases when its holder dies, across PID
+namespaces too (the builders run in sandboxes). torch's own FileBaton, `<dir>/plain/lock` for our plain builds, has
+no owner: a build killed while holding it would block every later build of the same source, so whoever holds our
+lock removes it.
 """
 
 from __future__ import annotations
@@ -9,12 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TORCH_LOCK = "lock"
+import filelock
+
 OWN_LOCK = "dice.lock"
+DONE = "dice.done"
+# Where torch's FileBaton lock lies in an entry: load_inline's build_directory is `<entry>/plain` (build.Builder),
+# and the baton is `<build_directory>/lock`
+TORCH_LOCKS = ("plain/lock", "light/probe/lock")
 
 
 def content_key(parts: dict[str, Any]) -> str:
@@ -23,55 +32,61 @@ def content_key(parts: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def digest(path: str | os.PathLike[str]) -> str:
+    hashed = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            hashed.update(block)
+    return hashed.hexdigest()
 
 
-def _owner(lock: Path) -> int | None:
+@dataclass(frozen=True)
+class Done:
+    """A finished entry: how it was built, its library and the library's SHA-256."""
+
+    mode: str
+    library: str
+    sha256: str
+
+
+def read_done(directory: str | os.PathLike[str]) -> Done | None:
+    """The entry's record when its library exists and still has the recorded hash; None otherwise (not built, or
+    changed since: never loaded then)."""
     try:
-        return int(lock.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        mode, library, sha = (Path(directory) / DONE).read_text().split("\n")[:3]
+        return Done(mode, library, sha) if digest(library) == sha else None
+    except (OSError, ValueError):
         return None
 
 
-class BuildLock:
-    """An exclusive lock on one build directory; a lock whose owning process died is taken over."""
+def write_done(directory: str | os.PathLike[str], mode: str, library: str) -> Done:
+    done = Done(mode, library, digest(library))
+    partial = Path(directory) / f"{DONE}.{os.getpid()}"
+    partial.write_text(f"{done.mode}\n{done.library}\n{done.sha256}\n")
+    partial.rename(Path(directory) / DONE)
+    return done
 
-    def __init__(self, directory: str | os.PathLike[str], poll: float = 0.1) -> None:
+
+class BuildLock:
+    """An exclusive lock on one build directory (a build, or the precompiled header's); torch's lock left inside
+    by a build that died is removed once it is ours."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.path = self.directory / OWN_LOCK
-        self.poll = poll
+        self._lock = filelock.FileLock(str(self.path))
 
     def acquire(self, timeout: float | None = None) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                owner = _owner(self.path)
-                if owner is None and _age(self.path) > 5.0 or owner is not None and not alive(owner):
-                    _remove(self.path)
-                    continue
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"build directory {self.directory} stayed locked by process {owner}")
-                time.sleep(self.poll)
-                continue
-            with os.fdopen(fd, "w") as handle:
-                handle.write(f"{os.getpid()}\n")
-            break
-        # We own the directory now: a torch lock left here can only belong to a build that died.
-        _remove(self.directory / TORCH_LOCK)
+        try:
+            self._lock.acquire(timeout=-1 if timeout is None else timeout)
+        except filelock.Timeout:
+            raise TimeoutError(f"build directory {self.directory} stayed locked for {timeout:.0f} s") from None
+        for name in TORCH_LOCKS:  # nobody else builds here now: a torch lock left here belongs to a dead build
+            _remove(self.directory / name)
 
     def release(self) -> None:
-        if _owner(self.path) == os.getpid():
-            _remove(self.path)
+        self._lock.release()
 
     def __enter__(self) -> BuildLock:
         self.acquire()
@@ -81,26 +96,26 @@ class BuildLock:
         self.release()
 
 
-def clean_stale_locks(root: str | os.PathLike[str], dead: int | None = None) -> list[Path]:
-    """Remove locks under `root` whose owner is dead (or is `dead`); returns what was removed."""
+def clean_stale_locks(root: str | os.PathLike[str]) -> list[Path]:
+    """Remove torch's locks under `root` that no live build holds (our lock is free); returns their entries."""
     removed = []
     root = Path(root)
     if not root.is_dir():
         return removed
-    for lock in root.glob(f"*/{OWN_LOCK}"):
-        owner = _owner(lock)
-        if owner is not None and (owner == dead or not alive(owner)):
-            _remove(lock.parent / TORCH_LOCK)
-            _remove(lock)
-            removed.append(lock.parent)
+    for name in TORCH_LOCKS:
+        for lock in root.glob(f"*/{name}"):
+            entry = lock.parents[len(Path(name).parts) - 1]
+            held = filelock.FileLock(str(entry / OWN_LOCK))
+            try:
+                held.acquire(timeout=0)
+            except (filelock.Timeout, OSError):
+                continue  # a build is running there, or the entry is not ours to lock
+            try:
+                _remove(lock)
+                removed.append(entry)
+            finally:
+                held.release()
     return removed
-
-
-def _age(path: Path) -> float:
-    try:
-        return time.time() - path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _remove(path: Path) -> None:

@@ -215,8 +215,9 @@ def prepare(root: Path, original: Callable[..., Any]) -> Path:
 
 
 def build(name: str, cpp: list[str], cuda: list[str], arguments: dict[str, Any], directory: Path,
-          original: Callable[..., Any]) -> str:
-    """Build `name`.so from split units; returns its path or raises LightBuildError."""
+          original: Callable[..., Any], header_root: Path) -> str:
+    """Build `name`.so from split units; returns its path or raises LightBuildError. The precompiled header is
+    looked for, or made, under `header_root` (the cache's shared one, or the entry's own)."""
     directory.mkdir(parents=True, exist_ok=True)
     parts = [split(value) for value in cuda]
     flags = probe(arguments, directory / "probe", original)
@@ -229,7 +230,7 @@ def build(name: str, cpp: list[str], cuda: list[str], arguments: dict[str, Any],
         # light build: ~24 s of g++ on the H200 machine, which the kernel's compile used to wait for).
         kernels = pool.submit(_run, f"{flags['nvcc']} {flags['cuda_cflags']} -c kernels.cu -o kernels.o "
                                     f"{flags['cuda_post_cflags']}", directory)
-        header = precompiled_header(flags, directory.parent.parent)
+        header = precompiled_header(flags, header_root)
         include = f"-include {shlex.quote(str(header))} -Winvalid-pch"
         hosts = [pool.submit(_run, f"{flags['cxx']} {include} {flags['cflags']} -c {unit}.cpp -o {unit}.o "
                                    f"{flags['post_cflags']}", directory) for unit in ("host", "main")]

@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from dice_lsp.harness.build import Extension
+from dice_lsp.harness.build import Call, Extension
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.report import KernelShare
 
@@ -38,7 +38,28 @@ class Cost:
 @dataclass(frozen=True, kw_only=True)
 class Reply:
     tag: ClassVar[str] = ""
+    interim: ClassVar[bool] = False  # sent while a command runs, before its answer (the command is still owed)
     cost: Cost = Cost()  # filled in by the worker's loop, not by the stage
+
+
+@dataclass(frozen=True)
+class BuildRequest(Reply):
+    """During a Build: a load_inline call the cache does not hold. The caller has a builder worker make it (this
+    worker cannot write the cache) and answers with `BuildAnswer` on the worker's stdin; "plain" `mode` asks for
+    the plain build after the light one did not load."""
+
+    tag: ClassVar[str] = "build-request"
+    interim: ClassVar[bool] = True
+    call: Call
+    mode: str = ""
+
+
+@dataclass(frozen=True)
+class Compiled(Reply):
+    """A builder worker's answer: what the build of one cache entry did."""
+
+    tag: ClassVar[str] = "compiled"
+    extension: Extension
 
 
 @dataclass(frozen=True)
@@ -186,6 +207,28 @@ class Prepare(Command):
 
 
 @dataclass(frozen=True)
+class Compile(Command):
+    """To a builder worker: make one cache entry, never loading it; `call` comes from the candidate's worker and
+    is only data here (the entry's place is worked out from its content, not taken from the request)."""
+
+    tag: ClassVar[str] = "compile"
+    answer: ClassVar[type[Reply]] = Compiled
+    call: Call
+    cache_dir: str
+    light_build: bool = True
+    mode: str = ""
+
+
+@dataclass(frozen=True)
+class BuildAnswer(Command):
+    """The caller's answer to a `BuildRequest`, read by the candidate's worker inside its Build; owes no reply."""
+
+    tag: ClassVar[str] = "build-answer"
+    answer: ClassVar[type[Reply]] = Reply
+    extension: Extension
+
+
+@dataclass(frozen=True)
 class MakeReference(Command):
     """Build Model after the seed, make every trial's inputs into `exchange`, keep the expected outputs."""
 
@@ -202,8 +245,9 @@ class RunSolution(Command):
 
     tag: ClassVar[str] = "run"
     answer: ClassVar[type[Reply]] = Ran
-    exchange: str
+    exchange: str  # the folder holding inputs.pt
     share: bool = False
+    outputs: str = ""  # the folder to write outputs.pt or outputs.json into; "": exchange
 
 
 @dataclass(frozen=True)
@@ -242,10 +286,10 @@ class Time(Command):
     check: str | None = None  # the check this round belongs to: its inputs are copied once a check
 
 
-COMMANDS: dict[str, type[Command]] = {c.tag: c for c in (Build, Prepare, MakeReference, RunSolution, SaveOutputs,
-                                                         Compare, Inspect, Time)}
-REPLIES: dict[str, type[Reply]] = {r.tag: r for r in (Failed, Built, Prepared, ReferenceMade, Ran, OutputsSaved,
-                                                       Compared, Inspected, Timed)}
+COMMANDS: dict[str, type[Command]] = {c.tag: c for c in (Build, Prepare, Compile, BuildAnswer, MakeReference,
+                                                         RunSolution, SaveOutputs, Compare, Inspect, Time)}
+REPLIES: dict[str, type[Reply]] = {r.tag: r for r in (Failed, Built, Prepared, BuildRequest, Compiled, ReferenceMade,
+                                                       Ran, OutputsSaved, Compared, Inspected, Timed)}
 
 
 # -- the wire ------------------------------------------------------------------------------------------------------

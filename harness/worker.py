@@ -5,6 +5,7 @@ Commands arrive as JSON lines on stdin; each reply is one JSON line on the file 
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -18,12 +19,14 @@ from dice_lsp.harness import timing  # binds the clocks before any candidate cod
 import torch
 
 from dice_lsp.harness import messages, stages
+from dice_lsp.harness.build import Call, Extension
 from dice_lsp.harness.side import Side
 
 # The command table: which stage answers each command.
 STAGES: dict[type[messages.Command], Callable[[Side, Any], messages.Reply]] = {
     messages.Build: stages.build,
     messages.Prepare: stages.prepare,
+    messages.Compile: stages.compile_call,
     messages.MakeReference: stages.reference,
     messages.RunSolution: stages.run,
     messages.SaveOutputs: stages.save_outputs,
@@ -34,19 +37,45 @@ STAGES: dict[type[messages.Command], Callable[[Side, Any], messages.Reply]] = {
 
 
 def apply_limits(limits: dict[str, Any]) -> None:
-    """Resource limits for this process and the compilers it starts; address space only without CUDA."""
+    """Resource limits for this process and everything it starts, hard ones (soft = hard), so code of the
+    candidate's cannot raise them again: file size, CPU time, processes where the caller asks (it counts the
+    user's processes; a pids cgroup does the job where one can be made), no core files, and the address space
+    without CUDA (a CUDA context reserves terabytes of addresses; a memory cgroup limits those workers)."""
     def cap(kind: int, value: int) -> None:
-        soft, hard = resource.getrlimit(kind)
+        _soft, hard = resource.getrlimit(kind)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(kind, (value, hard))
+        resource.setrlimit(kind, (value, value))
 
     if limits.get("file_size_mb"):
         cap(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) << 20)
     if limits.get("cpu_time_s"):
         cap(resource.RLIMIT_CPU, int(limits["cpu_time_s"]))
+    if limits.get("processes"):
+        cap(resource.RLIMIT_NPROC, int(limits["processes"]))
     if limits.get("memory_gb") and not limits.get("cuda"):
         cap(resource.RLIMIT_AS, int(float(limits["memory_gb"]) * (1 << 30)))
     cap(resource.RLIMIT_CORE, 0)
+
+
+def undumpable() -> None:
+    """A reference worker holds the expected outputs: no process of the same user may read its memory or attach
+    to it (PR_SET_DUMPABLE 0), in case the candidate's worker could see it at all (without the sandbox)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def asker(reply: Any) -> Callable[[Call, str], Extension]:
+    """How the Builder asks for a build: a `BuildRequest` on the reply pipe, answered on stdin by `BuildAnswer`."""
+    def ask(call: Call, mode: str) -> Extension:
+        reply.write(messages.encode_reply(messages.BuildRequest(call=call, mode=mode)) + "\n")
+        reply.flush()
+        command = messages.decode_command(sys.stdin.readline())
+        if not isinstance(command, messages.BuildAnswer):
+            raise RuntimeError(f"the caller answered a build request with {command.tag}")
+        return command.extension
+    return ask
 
 
 def warm_up_cuda(device: str) -> str:
@@ -69,11 +98,14 @@ def main() -> int:
     reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     limits = json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}"))
     apply_limits(limits)
+    if limits.get("role") == "reference":
+        undumpable()
     started = timing._perf_counter()
     warm = warm_up_cuda(limits["warm_device"]) if limits.get("warm_device") else ""
     warm_seconds = timing._perf_counter() - started
 
     side = Side()
+    side.ask = asker(reply)
     for line in sys.stdin:
         started, modules = timing._perf_counter(), len(sys.modules)
         answer = answer_to(side, line)

@@ -42,7 +42,8 @@ def curate(source, target, min_speedup: float = 2.0, options: Options | None = N
     """Check every pair in batch mode (all built first, then each checked) and write the kept ones to `target`;
     `progress` shows a bar on stderr that moves as each check ends."""
     pairs = read_pairs(source)
-    options = options or Options(baseline="eager" if min_speedup > 0 else "none")
+    # model-written candidates: only inside the sandbox, never without it
+    options = options or Options(baseline="eager" if min_speedup > 0 else "none", sandbox="require")
     reports: list[Report | None] = [None] * len(pairs)
     with tqdm(total=len(pairs), unit="pair", desc="building, then checking", disable=not progress,
               dynamic_ncols=True) as bar:

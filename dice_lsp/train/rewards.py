@@ -14,7 +14,8 @@ SPEED_CAP = 3.0  # log2 speedup counted at most (8x)
 
 # How rollouts are checked unless told otherwise: one correctness trial is enough for a 0/1 reward, and nothing is
 # timed (RLConfig asks for eager timings when a speed bonus is paid).
-REWARD_CHECKS = Options(correctness_trials=1, baseline="none")
+# RL's candidates are optimised against this reward: they run only inside the sandbox, never without it
+REWARD_CHECKS = Options(correctness_trials=1, baseline="none", sandbox="require")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dice_lsp import harness
+from dice_lsp.harness.cache import BuildLock
 from dice_lsp.harness.report import Report
 
 pytestmark = pytest.mark.slow
@@ -109,7 +110,9 @@ def test_cancel_during_build_leaves_no_stale_lock_and_compile_error_lands_on_its
     time.sleep(1.0)  # the compiler is running now
     run.cancel()
     assert run.result(timeout=30).status == "cancelled"
-    assert not list(extensions.glob("harness_broken-*/*lock"))
+    [entry] = [lock.parent for lock in extensions.glob("harness_broken-*/dice.lock")]
+    BuildLock(entry).acquire(timeout=0)  # the killed builder held it: free now (raises TimeoutError if not)
+    assert not list(entry.glob("**/lock"))  # nor did torch's lock survive
 
     report = harness.check(files.text("add_reference.py"), broken, options.with_(build_timeout=300))
     assert report.status == "compile-error"

@@ -8,14 +8,20 @@ import json
 import pytest
 
 from dice_lsp.harness import Options, messages
-from dice_lsp.harness.build import Extension, Segment
+from dice_lsp.harness.build import Call, Extension, Segment
 from dice_lsp.harness.report import KernelShare
 
 OPTIONS = Options(cuda_home="/opt/cuda-12.4", seed=7, baseline="eager", cache_dir="/tmp/cache")
 
+EXTENSION = Extension("ext", "k1", "/c/ext-k1", with_cuda=True, mode="light", cached=True, ok=True, seconds=1.5,
+                      output="warning: x", layout={"cuda.cu": [Segment(4, 2, "cuda", "__global__ void k() {}\n")]})
+CALL = Call("ext", ("torch::Tensor f(torch::Tensor x);",), ("__global__ void k() {}",),
+            {"functions": ["f"], "extra_cuda_cflags": ["-O3"], "with_cuda": None}, "9.0", "2.11.0", "3.11")
 COMMANDS = [
     messages.Build(path="/w/solution.py", options=OPTIONS, handout={"trials": [[None]], "changed": []}, arch="8.0"),
     messages.Prepare(cache_dir="/tmp/cache"),
+    messages.Compile(call=CALL, cache_dir="/tmp/cache", light_build=False, mode="plain"),
+    messages.BuildAnswer(extension=EXTENSION),
     messages.MakeReference(path="/w/reference.py", options=OPTIONS, exchange="/tmp/exchange"),
     messages.RunSolution(exchange="/tmp/exchange", share=True),
     messages.SaveOutputs(exchange="/tmp/exchange"),
@@ -23,13 +29,13 @@ COMMANDS = [
     messages.Inspect(kernels=("add_kernel", "scale_kernel")),
     messages.Time(compiled=True, trials=25, warmup=1, budget_s=0.025, warm_s=0.0025, round=3, check="abc"),
 ]
-EXTENSION = Extension("ext", "k1", "/c/ext-k1", with_cuda=True, mode="light", cached=True, ok=True, seconds=1.5,
-                      output="warning: x", layout={"cuda.cu": [Segment(4, 2, "cuda", "__global__ void k() {}\n")]})
 REPLIES = [
     messages.Failed(error="RuntimeError: no", traceback="Traceback ...", extensions=(EXTENSION,),
                     cost=messages.Cost(seconds=0.5, imported=3, warm_up_seconds=6.0, warm_up_error="")),
     messages.Built(extensions=(EXTENSION,), arch="9.0", cuda_available=False, has_model_new=True),
     messages.Prepared(header="/c/pch/abc/dice_torch.h"),
+    messages.BuildRequest(call=CALL, mode="plain"),
+    messages.Compiled(extension=EXTENSION),
     messages.ReferenceMade(device="cpu", tf32=False, cudnn_tf32=True, matmul_precision="highest",
                            dtypes=("torch.float32",), handout=None),
     messages.Ran(device="cpu", changed_tensors=2, threads=("Thread-1",), precision_before={"tf32": False},

@@ -96,11 +96,11 @@ def test_the_cuda_toolkit_the_options_name_is_the_one_the_build_uses(options, tm
     caller's own environment says; a spare started for another toolkit is not handed out for it."""
     monkeypatch.setenv("CUDA_HOME", "/somewhere/else")
     toolkit = options.with_(cuda_home=str(tmp_path))
-    probe = tmp_path / "solution.py"
-    probe.write_text("import torch.utils.cpp_extension as c\nraise RuntimeError(f'uses {c.CUDA_HOME}')\n")
     worker = process.Worker(toolkit, warm=False)
     try:
-        answer = worker.call(messages.Build(path=str(probe), options=toolkit), 120)
+        probe = worker.file("solution.py", "import torch.utils.cpp_extension as c\n"
+                                           "raise RuntimeError(f'uses {c.CUDA_HOME}')\n")
+        answer = worker.call(messages.Build(path=probe, options=toolkit), 120)
     finally:
         worker.close()
     assert isinstance(answer, messages.Failed) and answer.error == f"RuntimeError: uses {tmp_path}"

