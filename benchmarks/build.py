@@ -69,7 +69,7 @@ def machine() -> str:
 
 
 def record(results: str, rows: list[tuple[str, float, str]], speedups: dict[str, list[float]],
-           finished: bool) -> None:
+           finished: bool, sandbox: str = "auto") -> None:
     lines = [f"| {name} | {seconds:.2f} s | {note} |" for name, seconds, note in rows]
     for size, values in speedups.items():
         if not values:
@@ -85,7 +85,7 @@ def record(results: str, rows: list[tuple[str, float, str]], speedups: dict[str,
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     cut = "" if finished else " The run was stopped before its end; these are the rows it finished.\n"
     with open(results, "a") as out:
-        out.write(f"\n## harness build and re-check, {stamp}, {machine()}\n\n"
+        out.write(f"\n## harness build and re-check, {stamp}, {machine()}, sandbox {sandbox}\n\n"
                   f"Fixture: tests/harness/files/cuda_solution.py (one elementwise kernel) against "
                   f"add_reference.py (512x512 inputs; the re-checks marked with a larger size change only the "
                   f"reference's inputs, so the build is the same).{cut}\n\n{table}\n")
@@ -109,10 +109,12 @@ def main() -> None:
     parser.add_argument("--fresh", type=int, default=2,
                         help="re-checks per size with the reference worker not kept, to compare against")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    parser.add_argument("--sandbox", default="auto", choices=("auto", "require", "off"),
+                        help="run the workers in bubblewrap (require), as plain processes (off), or where it starts")
     args = parser.parse_args()
     reference, fixture = fixtures.add()
     cache = args.cache or tempfile.mkdtemp(prefix="dice-bench-")
-    options = harness.Options(cache_dir=cache, baseline="eager")
+    options = harness.Options(cache_dir=cache, baseline="eager", sandbox=args.sandbox)
     rows: list[tuple[str, float, str]] = []
     speedups: dict[str, list[float]] = {}
 
@@ -131,7 +133,7 @@ def main() -> None:
         finished = True
     finally:
         harness.close_spares()
-        record(args.results, rows, speedups, finished)
+        record(args.results, rows, speedups, finished, args.sandbox)
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
 

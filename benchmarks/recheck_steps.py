@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import fixtures  # noqa: E402
 from dice_lsp import harness  # noqa: E402
-from dice_lsp.harness import messages  # noqa: E402
+from dice_lsp.harness import messages, process  # noqa: E402
 
 
 def main() -> None:
@@ -37,17 +37,16 @@ def main() -> None:
     print(f"filling the cache: {time.perf_counter() - started:.1f} s, {report.summary()}")
 
     pool.keep_warm(2)
-    for _ in range(2):  # the first start leaves one spare beside the fresh worker it returns, the second two
-        pool.start(options).close()
+    pool.fill(options)  # a spare of each role
     time.sleep(args.settle)
-    reference, solution = pool.start(options), pool.start(options)
-    exchange = tempfile.mkdtemp(prefix="dice-steps-exchange-")
+    reference, solution = pool.start(options, role="reference"), pool.start(options, role="solution")
+    exchange = reference.directory  # as a check does: the reference's own folder
     cached = options.with_(cache_dir=options.extensions_dir)
     commands = [
         (solution, messages.Build(path=solution.file("solution.py", solution_text), options=cached)),
         (reference, messages.MakeReference(path=reference.file("reference.py", reference_text), options=cached,
                                            exchange=exchange)),
-        (solution, messages.RunSolution(exchange=exchange, share=True)),
+        (solution, messages.RunSolution(exchange=solution.directory, outputs=solution.inner_scratch, share=True)),
         (reference, messages.Compare(exchange=exchange)),
         (reference, messages.Time()),
         (solution, messages.Time()),
@@ -58,7 +57,11 @@ def main() -> None:
     print(f"{'command':14s} {'waited':>8s} {'in worker':>10s} {'imported':>9s}  warm-up")
     for worker, command in commands:
         started = time.perf_counter()
+        if isinstance(command, messages.RunSolution):
+            process.hand_inputs(exchange, solution)
         answer = worker.call(command, 120)
+        if isinstance(command, messages.RunSolution):
+            process.take_outputs(solution, exchange, options)
         waited = time.perf_counter() - started
         cost = answer.cost
         note = f"  failed: {answer.error}" if isinstance(answer, messages.Failed) else ""
