@@ -9,6 +9,8 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -221,3 +223,22 @@ def test_the_caller_survives_and_reports(files, sandboxed, attack):
     if attack != "kill the caller":  # that one computes honestly once its signals went nowhere: we are still here
         assert reports[0].status == "crashed", (reports[0].status, reports[0].message)
     assert reports[1].status == "correct", (reports[1].status, reports[1].message)
+
+
+def test_no_worker_folder_outlives_the_caller(files, sandboxed, tmp_path):
+    """A caller that checks and exits normally leaves no dice-harness-* folder: the workers a finished check closes
+    without waiting are reaped by daemon threads that exit would stop, so exit reaps what they did not."""
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import sys\nfrom dice_lsp.harness import Options, check\n"
+        "report = check(open(sys.argv[1]).read(), open(sys.argv[2]).read(), Options.from_dict(eval(sys.argv[3])))\n"
+        "print(report.status)\n")
+    (tmp_path / "reference.py").write_text(files.text("add_reference.py"))
+    (tmp_path / "solution.py").write_text(files.solution("return self.ext.add_values(a, b)"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "reference.py"), str(tmp_path / "solution.py"),
+                           repr(sandboxed.to_dict())], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.stdout.strip() == "correct", done.stderr[-2000:]
+    assert not list(scratch.iterdir())
