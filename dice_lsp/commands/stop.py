@@ -6,14 +6,17 @@ Harness workers lead their own sessions, so the terminal's Ctrl-C never reaches 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from dice_lsp import harness
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
 class Stopped(BaseException):
@@ -67,7 +70,11 @@ def stoppable():
 class Reaper:
     """Kills this process's children (and, for those that lead a process group, the whole group: a worker's compilers
     and ninja) as soon as a stop begins, and again every `period` seconds until `stop()`. The harness cancels its own
-    checks too; this also ends what it does not expose, such as batch mode's parallel builds."""
+    checks too; this also ends what it does not expose, such as batch mode's parallel builds.
+
+    A grandchild in a group of its own (ninja starts each compiler in a new one) outlives its parent's kill, and an
+    orphan goes to init, out of our sight; so once a stop begins this process is made the child subreaper
+    (prctl PR_SET_CHILD_SUBREAPER): every orphan of ours becomes our child, and the next sweep finds it."""
 
     def __init__(self, period: float = 0.05) -> None:
         self.period = period
@@ -77,22 +84,30 @@ class Reaper:
 
     def start(self) -> None:
         self.started = True
+        adopt_orphans()
         self.sweep()
         self._thread.start()
 
-    def stop(self) -> None:
-        if self.started:
-            self._done.set()
-            self._thread.join()
-            self.sweep()
+    def stop(self, patience: float = 5.0) -> None:
+        """After the last sweep, sweep again while orphans still arrive (a killed parent's children are handed to us
+        only once it has exited), for `patience` seconds at most."""
+        if not self.started:
+            return
+        self._done.set()
+        self._thread.join()
+        deadline = time.monotonic() + patience
+        while self.sweep() and time.monotonic() < deadline:
+            time.sleep(self.period)
 
     def _loop(self) -> None:
         while not self._done.wait(self.period):
             self.sweep()
 
-    def sweep(self) -> None:
+    def sweep(self) -> int:
+        """Kill every live child now; how many there were."""
         own_group = os.getpgrp()
-        for pid, group in children(os.getpid()):
+        found = children(os.getpid())
+        for pid, group in found:
             try:
                 if group == pid and group != own_group:
                     os.killpg(group, signal.SIGKILL)
@@ -100,6 +115,16 @@ class Reaper:
                     os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        return len(found)
+
+
+def adopt_orphans() -> None:
+    """Make this process the subreaper of its descendants (Linux 3.4+; elsewhere nothing happens)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def children(parent: int) -> list[tuple[int, int]]:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS_FILES = ROOT / "tests" / "harness" / "files"
@@ -105,6 +104,7 @@ def solution(forward: str, prelude: str = "", cpp_comment: str = "") -> str:
                                   else 'cpp_source = """\n')
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_forward_ends_every_worker_and_what_the_candidate_started(tmp_path):
     mark = f"dice-stop-test-{uuid.uuid4().hex}"
     (tmp_path / "ref.py").write_text((HARNESS_FILES / "add_reference.py").read_text())
@@ -120,6 +120,7 @@ def test_sigterm_during_a_forward_ends_every_worker_and_what_the_candidate_start
     assert "dice-lsp check: stopped by SIGTERM; the processes it started are ended" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_build_ends_the_compilers(tmp_path):
     mark = f"dice-stop-test-{uuid.uuid4().hex}"
     (tmp_path / "ref.py").write_text((HARNESS_FILES / "add_reference.py").read_text())
@@ -131,6 +132,7 @@ def test_ctrl_c_during_a_build_ends_the_compilers(tmp_path):
     assert "dice-lsp check: interrupted; the processes it started are ended" in err
 
 
+@pytest.mark.slow
 def test_sigterm_during_eval_batch_builds_ends_them(tmp_path):
     """eval builds every solution in parallel before checking (harness batch mode), which the harness cannot cancel
     yet: the command's reaper ends those builds too."""
@@ -144,6 +146,33 @@ def test_sigterm_during_eval_batch_builds_ends_them(tmp_path):
     started = wait_for(command, lambda found: COMPILERS & set(found.values()), "a compiler started")
     err = stop_and_check(command, signal.SIGTERM, started, mark)
     assert "dice-lsp eval: stopped by SIGTERM" in err
+
+
+def test_an_orphan_in_a_session_of_its_own_is_adopted_and_ended(tmp_path):
+    """ninja starts each compiler in a process group of its own, and a candidate may call setsid(): killing the
+    parent's group leaves such a grandchild running, handed to init. The reaper makes the command their subreaper,
+    so they come back to it as children and are ended too."""
+    probe = (
+        "import subprocess, sys\n"
+        "from dice_lsp.commands.stop import Reaper\n"
+        "parent = subprocess.Popen(['sh', '-c', 'setsid sleep 1000 & echo $!; wait'], stdout=subprocess.PIPE,\n"
+        "                          start_new_session=True, text=True)\n"
+        "grandchild = parent.stdout.readline().strip()\n"
+        "print(grandchild, flush=True)\n"
+        "while open(f'/proc/{grandchild}/stat').read().rsplit(')', 1)[1].split()[3] != grandchild:\n"
+        "    pass  # until setsid() has run: the grandchild leads a session of its own\n"
+        "reaper = Reaper()\n"
+        "reaper.start()\n"
+        "reaper.stop()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    grandchild = int(done.stdout.split()[0])
+    try:
+        assert not alive(grandchild), "the setsid grandchild outlived the stop"
+    finally:
+        if alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
 
 
 def _cmdline(pid: int) -> str:
