@@ -31,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_check_options(group, baseline: str = "both",
-                      baseline_help: str = "which references to time (default both)") -> None:
-    """The harness's flags, shared by every command that checks kernels (check, eval)."""
+                      baseline_help: str = "which references to time (default both)", sandbox: str = "auto") -> None:
+    """The harness's flags, shared by every command that checks kernels (check, eval). `sandbox`: the default of
+    --sandbox ("require" where the code is a model's, as in eval)."""
     group.add_argument("--trials", type=positive, default=5, help="correctness trials (default 5)")
     group.add_argument("--timing-trials", type=count, default=100,
                        help="timed trials per side (default 100; 0, with --baseline none, times nothing)")
@@ -45,6 +46,9 @@ def add_check_options(group, baseline: str = "both",
     group.add_argument("--run-timeout", type=number(low_open=True), default=120.0,
                        help="seconds per run stage (default 120)")
     group.add_argument("--plain-build", action="store_true", help="build with load_inline only, no light build")
+    group.add_argument("--sandbox", choices=("auto", "require", "off"), default=sandbox,
+                       help="run the code of both files in a bubblewrap sandbox: auto (where it can start, with a "
+                            f"warning where not), require (refuse to run without it), off (default {sandbox})")
 
 
 def options_from(args: argparse.Namespace) -> Options:
@@ -55,7 +59,7 @@ def options_from(args: argparse.Namespace) -> Options:
     return Options(
         correctness_trials=args.trials, timing_trials=args.timing_trials, atol=args.tolerance, rtol=args.tolerance,
         baseline=args.baseline, device=args.device, tf32=args.tf32, build_timeout=args.build_timeout,
-        run_timeout=args.run_timeout, light_build=not args.plain_build)
+        run_timeout=args.run_timeout, light_build=not args.plain_build, sandbox=args.sandbox)
 
 
 def locate(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     curate.add_argument("target", metavar="OUT", help="JSONL of the kept pairs (with their speedup)")
     curate.add_argument("--min-speedup", type=number(), default=2.0, help="speedup over eager PyTorch (0 = any)")
     curate.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
+    curate.add_argument("--sandbox", choices=("require", "auto", "off"), default="require",
+                        help="the pairs' code runs in a bubblewrap sandbox: require (default: refuse without it), "
+                             "auto (without it where it cannot start, with a warning), off")
     curate.add_argument("--workers", type=positive, default=None, help="parallel builds (default: all cores)")
     curate.add_argument("--json", action="store_true", help="print the counts as JSON")
     curate.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -51,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_curate(args: argparse.Namespace) -> int:
-    options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none")
+    options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none", sandbox=args.sandbox)
     try:
         result = curate(args.source, args.target, args.min_speedup, options, args.workers,
                         progress=not args.no_progress)

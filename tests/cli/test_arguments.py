@@ -88,3 +88,14 @@ def test_debug_is_taken_before_or_after_the_command():
     assert build_parser().parse_args(["--debug", "inspect", "f.py"]).debug
     assert build_parser().parse_args(["train", "sft", *TRAIN, "--debug"]).debug
     assert not build_parser().parse_args(["inspect", "f.py"]).debug
+
+
+def test_model_written_code_requires_the_sandbox_by_default():
+    """eval and data curate run a model's candidates: sandboxed or not at all, unless asked; check is `auto`."""
+    from dice_lsp.commands.check import options_from
+
+    parser = build_parser()
+    assert options_from(parser.parse_args(["check", "ref.py"])).sandbox == "auto"
+    assert options_from(parser.parse_args(["eval", "problems", "--model", "m"])).sandbox == "require"
+    assert options_from(parser.parse_args(["eval", "problems", "--sandbox", "off"])).sandbox == "off"
+    assert parser.parse_args(["data", "curate", "in.jsonl", "out.jsonl"]).sandbox == "require"
