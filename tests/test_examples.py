@@ -1,0 +1,45 @@
+"""The examples/ folder as the README shows it: inspect finds nothing wrong in the problem or its C++-only solution,
+and `check` finds the solution correct on the CPU (it needs only a C++ compiler)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
+def dice(*args: str) -> subprocess.CompletedProcess:
+    """`dice-lsp ARGS` as a user runs it from the checkout (the session's build cache comes through DICE_LSP_CACHE)."""
+    return subprocess.run([sys.executable, "-m", "dice_lsp", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("name", ["row_soft_threshold.py", "row_soft_threshold_cpp.py"])
+def test_inspect_finds_nothing_wrong_in_the_examples(name):
+    done = dice("inspect", "--json", f"examples/{name}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    anatomy = json.loads(done.stdout)
+    assert not anatomy["findings"] and not anatomy["syntax_errors"] and not anatomy["notes"], anatomy
+    if name.endswith("_cpp.py"):  # the solution, linked to its problem, with one C++-only extension
+        assert anatomy["model_new"] and anatomy["reference_link"] == "row_soft_threshold.py"
+        [extension] = anatomy["extensions"]
+        assert extension["functions"] == ["row_soft_threshold"]
+        assert [source["role"] for source in extension["sources"]] == ["cpp"]
+    else:
+        assert anatomy["model"] and anatomy["get_inputs"] and not anatomy["model_new"]
+
+
+@pytest.mark.slow
+def test_the_cpp_example_is_correct_on_the_cpu(shared_build_cache):
+    done = dice("check", "--json", "--device", "cpu", "--baseline", "eager", "--timing-trials", "20",
+                "examples/row_soft_threshold_cpp.py")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["status"] == "correct", report["message"]
+    assert report["device"] == "cpu" and report["speedup_eager"] > 0 and not report["findings"]
+    assert all(trial["max_abs_error"] == 0 for trial in report["trials"])  # the same arithmetic, to the bit
