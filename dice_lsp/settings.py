@@ -1,64 +1,109 @@
-"""The user's settings (`dice.*` in the editor), with defaults, read from `workspace/configuration`; the one owner of
-those defaults, which `python3 -m dice_lsp.settings --package-json PATH` writes into the extension's package.json.
+"""The user's settings (`dice.*` in the editor), with defaults and the bounds each value must keep; the one owner of
+both, which `python3 -m dice_lsp.settings --package-json PATH` writes into the extension's package.json.
 
-`Settings.from_client` accepts what the client sends (camelCase keys under the `dice` section) and ignores what it
-does not know.
+`read_settings` turns what a client sends (camelCase keys under the `dice` section, from `initializationOptions`,
+`workspace/configuration` or a pushed `didChangeConfiguration`) into `Settings` with cattrs, and says, setting by
+setting, what it could not use and why; each of those keeps its default.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import re
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, get_args, get_type_hints
+
+import cattrs
+from cattrs.errors import AttributeValidationNote, ClassValidationError
+from cattrs.gen import make_dict_structure_fn, override
 
 from dice_lsp.engine.settings import DecodeSettings
 
 _ENGINE = DecodeSettings()
+_CHOICES = {item.name: tuple(item.metadata["choices"]) for item in fields(DecodeSettings) if "choices" in item.metadata}
+
+
+def _engine(name: str, **bounds: Any) -> Any:
+    """A decoding field with the engine's default and the bounds the engine accepts (engine/decode.py `resolve`)."""
+    return field(default=getattr(_ENGINE, name), metadata=bounds)
 
 
 @dataclass(frozen=True)
 class Decoding:
     """`dice.decoding.*`: the engine's DecodeSettings defaults (their one owner), block size left to the checkpoint."""
 
-    block_size: int | None = None  # None: the checkpoint's config.json block_size
-    steps: int = _ENGINE.steps
-    strategy: str = _ENGINE.strategy
-    threshold: float = _ENGINE.threshold
-    temperature: float = _ENGINE.temperature
-    top_k: int = _ENGINE.top_k
-    top_p: float = _ENGINE.top_p
-    max_new_tokens: int = _ENGINE.max_new_tokens
+    block_size: int | None = field(default=None, metadata={"minimum": 1})  # None: the checkpoint's block_size
+    steps: int = _engine("steps", minimum=1)
+    strategy: str = _engine("strategy", enum=_CHOICES["strategy"])
+    threshold: float = _engine("threshold", minimum=0, maximum=1)
+    temperature: float = _engine("temperature", minimum=0)
+    top_k: int = _engine("top_k", minimum=0)
+    top_p: float = _engine("top_p", exclusiveMinimum=0, maximum=1)
+    max_new_tokens: int = _engine("max_new_tokens", minimum=1)
+
+
+# "auto", "cpu", "cuda" or "cuda:N": what the harness and the engine resolve to a device.
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 @dataclass(frozen=True)
 class Settings:
     model: str = ""  # a local directory or a hub id in the local cache; "" is the bundled default model
-    device: str = "auto"  # "auto" | "cuda" | "cuda:N" | "cpu"
-    dtype: str = "auto"  # "auto" | "bfloat16" | "float16" | "float32"
+    device: str = field(default="auto", metadata={"pattern": DEVICE.pattern})
+    dtype: str = field(default="auto", metadata={"enum": ("auto", "bfloat16", "float16", "float32")})
     decoding: Decoding = field(default_factory=Decoding)
     run_on_save: bool = True
-    correctness_trials: int = 5
-    timing_trials: int = 100
-    tolerance: float = 1e-2
-    baseline: str = "both"  # "eager" | "compile" | "both"
-    solution_location: str = "sibling"  # "sibling": <name>_dice.py beside the reference; "sameFile"
+    correctness_trials: int = field(default=5, metadata={"minimum": 1})
+    timing_trials: int = field(default=100, metadata={"minimum": 1})
+    tolerance: float = field(default=1e-2, metadata={"minimum": 0})
+    baseline: str = field(default="both", metadata={"enum": ("both", "eager", "compile")})
+    # "sibling": <name>_dice.py beside the reference; "sameFile": appended to the reference's file
+    solution_location: str = field(default="sibling", metadata={"enum": ("sibling", "sameFile")})
     trusted_workspace: bool = False  # the client sets this; nothing from a file is built or run until it is true
     cuda_home: str = ""
-    build_timeout: float = 600.0
-    run_timeout: float = 120.0
+    # Where code from the user's files runs: "auto" sandboxed when bubblewrap can start here, "require" nowhere else
+    sandbox: str = field(default="auto", metadata={"enum": ("auto", "require", "off")})
+    build_timeout: float = field(default=600.0, metadata={"exclusiveMinimum": 0})
+    run_timeout: float = field(default=120.0, metadata={"exclusiveMinimum": 0})
 
     @classmethod
     def from_client(cls, raw: Any) -> Settings:
-        """Settings from the `dice` section a client sent; unknown keys and ill-typed values fall back to defaults."""
-        if not isinstance(raw, dict):
-            return cls()
-        return _fill(cls(), raw)
+        """Settings from the `dice` section a client sent; what cannot be used keeps its default (read_settings says
+        why)."""
+        return read_settings(raw).settings
 
     def to_client(self) -> dict[str, Any]:
         return _dump(self)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What `read_settings` made of a client's section: the settings, and one line per value it could not use."""
+
+    settings: Settings
+    problems: tuple[str, ...] = ()
+
+
+def read_settings(raw: Any, base: Any = None) -> Reading:
+    """Settings from the `dice` section `raw`, laid over `base` (another section, such as the client's
+    `initializationOptions`; `raw` wins key by key). Keys the server does not know, and values of the wrong type or
+    out of bounds, are named in `problems` ("dice.timingTrials: must be at least 1, got 0; using 100")."""
+    merged = _merge(base if isinstance(base, dict) else {}, raw if isinstance(raw, dict) else {})
+    problems = [f"{SECTION}.{key}: not a dice-lsp setting" for key in _unknown(merged, Settings)]
+    try:
+        return Reading(_CONVERTER.structure(merged, Settings), tuple(problems))
+    except ClassValidationError as error:
+        rejected = list(_rejected(error))
+    for path, why in rejected:
+        default = _default(path)
+        problems.append(f"{SECTION}.{'.'.join(path)}: {why}; using "
+                        f"{'the defaults' if isinstance(default, dict) else json.dumps(default)}")
+        _drop(merged, path)
+    return Reading(_CONVERTER.structure(merged, Settings), tuple(problems))
 
 
 def _camel(name: str) -> str:
@@ -66,35 +111,52 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def _fill(default: Any, raw: dict[str, Any]) -> Any:
-    changes = {}
-    for item in fields(default):
-        key = _camel(item.name)
-        if key not in raw:
-            continue
-        current = getattr(default, item.name)
-        value = raw[key]
-        if isinstance(current, (Decoding,)):
-            if isinstance(value, dict):
-                changes[item.name] = _fill(current, value)
-            continue
-        if item.name == "block_size":
-            if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-                changes[item.name] = value
-            continue
-        if isinstance(current, bool):
-            if isinstance(value, bool):
-                changes[item.name] = value
-        elif isinstance(current, int):
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                changes[item.name] = value
-        elif isinstance(current, float):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                changes[item.name] = float(value)
-        elif isinstance(current, str):
-            if isinstance(value, str):
-                changes[item.name] = value
-    return replace(default, **changes)
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _unknown(raw: dict[str, Any], kind: type, prefix: str = "") -> list[str]:
+    """Keys of `raw` that name no field of `kind` (the extension's own launch settings are not the server's)."""
+    hints = get_type_hints(kind)
+    known = {_camel(item.name): hints[item.name] for item in fields(kind)}
+    out = []
+    for key, value in raw.items():
+        name = prefix + key
+        if key not in known:
+            if f"{SECTION}.{name}" not in CLIENT_ONLY and name != "trace":
+                out.append(name)
+        elif is_dataclass(known[key]) and isinstance(value, dict):
+            out.extend(_unknown(value, known[key], name + "."))
+    return out
+
+
+def _rejected(error: ClassValidationError, path: tuple[str, ...] = ()):
+    """(camelCase path, why) for each value cattrs could not structure."""
+    for inner in error.exceptions:
+        notes = [n for n in getattr(inner, "__notes__", []) if isinstance(n, AttributeValidationNote)]
+        here = path + ((_camel(notes[0].name),) if notes else ())
+        if isinstance(inner, ClassValidationError):
+            yield from _rejected(inner, here)
+        else:
+            yield here, str(inner)
+
+
+def _drop(raw: dict[str, Any], path: tuple[str, ...]) -> None:
+    for key in path[:-1]:
+        raw = raw.get(key, {})
+    if isinstance(raw, dict):
+        raw.pop(path[-1], None)
+
+
+def _default(path: tuple[str, ...]) -> Any:
+    """The default of the setting at `path` (camelCase keys), as JSON shows it."""
+    value: Any = Settings()
+    for key in path:
+        value = next(getattr(value, item.name) for item in fields(value) if _camel(item.name) == key)
+    return _dump(value) if is_dataclass(value) else value
 
 
 def _dump(value: Any) -> dict[str, Any]:
@@ -105,6 +167,68 @@ def _dump(value: Any) -> dict[str, Any]:
     return out
 
 
+# -- reading a client's values with cattrs: exact JSON types, then each field's bounds ------------------------------
+_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def _exact(kind: type) -> Callable[[Any, Any], Any]:
+    """JSON values as they are: no "5" for 5, no true for 1 (cattrs' defaults would convert both)."""
+    def structure(value: Any, _: Any) -> Any:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ValueError(f"expected {_WORDS[kind]}, got {json.dumps(value)}")
+        return value
+    return structure
+
+
+def _bounded(kind: Any, bounds: dict[str, Any]) -> Callable[[Any, Any], Any]:
+    """Structure as `kind` (None allowed where it is optional), then hold the field's bounds."""
+    optional = type(None) in get_args(kind)
+    inner = next((k for k in get_args(kind) if k is not type(None)), kind) if optional else kind
+    plain = _CONVERTER.get_structure_hook(inner)
+
+    def structure(raw: Any, _: Any) -> Any:
+        if raw is None and optional:
+            return None
+        value, shown = plain(raw, inner), json.dumps(raw)
+        if "minimum" in bounds and value < bounds["minimum"]:
+            raise ValueError(f"must be at least {bounds['minimum']}, got {shown}")
+        if "exclusiveMinimum" in bounds and value <= bounds["exclusiveMinimum"]:
+            raise ValueError(f"must be above {bounds['exclusiveMinimum']}, got {shown}")
+        if "maximum" in bounds and value > bounds["maximum"]:
+            raise ValueError(f"must be at most {bounds['maximum']}, got {shown}")
+        if "enum" in bounds and value not in bounds["enum"]:
+            raise ValueError(f"expected one of {', '.join(json.dumps(c) for c in bounds['enum'])}, got {shown}")
+        if "pattern" in bounds and not re.fullmatch(bounds["pattern"], value):
+            raise ValueError(f"expected {_PATTERN_WORDS[bounds['pattern']]}, got {shown}")
+        return value
+    return structure
+
+
+def _section(kind: type) -> Callable[[Any, Any], Any]:
+    """A JSON object read into `kind` field by field (camelCase keys; unknown ones are left to `_unknown`)."""
+    hints = get_type_hints(kind)
+    fill = make_dict_structure_fn(kind, _CONVERTER, **{
+        item.name: override(rename=_camel(item.name),
+                            struct_hook=_bounded(hints[item.name], dict(item.metadata)) if item.metadata else None)
+        for item in fields(kind)})
+
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError(f"expected an object, got {json.dumps(value)}")
+        return fill(value, kind)
+    return structure
+
+
+_PATTERN_WORDS = {DEVICE.pattern: '"auto", "cpu", "cuda" or "cuda:N"'}
+_CONVERTER = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
+for _kind in _WORDS:
+    _CONVERTER.register_structure_hook(_kind, _exact(_kind))
+for _kind in (Decoding, Settings):
+    _CONVERTER.register_structure_hook(_kind, _section(_kind))
+
+
 # -- package.json: the extension declares these settings; their defaults and the decoding help come from here --------
 SECTION = "dice"
 CLIENT_SET = ("trusted_workspace",)  # the client sets it from the editor's trust; no user setting declares it
@@ -113,17 +237,20 @@ CLIENT_ONLY = ("dice.interpreter", "dice.serverArgs", "dice.trace.server")  # ho
 
 def declared() -> dict[str, Any]:
     """Every `dice.*` setting the server reads, by its package.json key, with its default."""
-    out = {}
+    return {key: default for key, default, _ in _declarations()}
+
+
+def _declarations():
+    """(package.json key, default, bounds) of every setting a user sets."""
     for item in fields(Settings):
         if item.name in CLIENT_SET:
             continue
         value = getattr(Settings(), item.name)
         if isinstance(value, Decoding):
             for inner in fields(Decoding):
-                out[f"{SECTION}.decoding.{_camel(inner.name)}"] = getattr(value, inner.name)
+                yield f"{SECTION}.decoding.{_camel(inner.name)}", getattr(value, inner.name), inner.metadata
         else:
-            out[f"{SECTION}.{_camel(item.name)}"] = value
-    return out
+            yield f"{SECTION}.{_camel(item.name)}", value, item.metadata
 
 
 def decoding_help() -> dict[str, dict[str, Any]]:
@@ -140,21 +267,32 @@ def decoding_help() -> dict[str, dict[str, Any]]:
 
 
 def package_json(package: dict[str, Any]) -> dict[str, Any]:
-    """`package` (the extension's package.json) with each setting's default, and each decoding setting's
-    description and enum, taken from here. Raises ValueError for a setting package.json does not declare."""
+    """`package` (the extension's package.json) with each setting's default, bounds and choices, and each decoding
+    setting's description, taken from here. Raises ValueError for a setting package.json does not declare."""
     properties = package["contributes"]["configuration"]["properties"]
     missing = sorted(set(declared()) - set(properties))
     if missing:
         raise ValueError(f"package.json does not declare {', '.join(missing)}: add each with its type and description")
-    for key, default in declared().items():
-        if not _same(properties[key].get("default"), default):
-            properties[key]["default"] = default
+    for key, default, rules in _declarations():
+        declaration = properties[key]
+        if not _same(declaration.get("default"), default):
+            declaration["default"] = default
+        for bound in ("minimum", "exclusiveMinimum", "maximum"):
+            if bound in rules:
+                declaration[bound] = rules[bound]
+            else:
+                declaration.pop(bound, None)
+        if "enum" in rules and declaration.get("enum") != list(rules["enum"]):
+            declaration["enum"] = list(rules["enum"])
+            declaration.pop("enumDescriptions", None)  # they described other choices
+        if "pattern" in rules:
+            declaration["pattern"] = f"^(?:{rules['pattern']})$"
+            declaration["patternErrorMessage"] = f"Expected {_PATTERN_WORDS[rules['pattern']]}."
     for key, words in decoding_help().items():
         declaration = properties[key]
         declaration.pop("markdownDescription", None)
         declaration["description"] = words["description"]
         if words["choices"] is not None:
-            declaration["enum"] = list(words["choices"])
             declaration.pop("enumDescriptions", None)  # the description names each choice
     return package
 
