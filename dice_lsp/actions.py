@@ -1,14 +1,18 @@
-"""Which code actions a file offers and where a generated solution goes, as an edit of the open file or a new file.
+"""Which code actions a file offers, the mechanical fixes of its findings, and where a generated solution goes, as an
+edit of the open file or a new file.
 
 Pure functions over an Anatomy and paths: the server turns their answers into LSP code actions and edits.
 """
 
 from __future__ import annotations
 
+import ast
+import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from dice_lsp.anatomy import Anatomy, Span, infill_split
+from dice_lsp.anatomy import Anatomy, Finding, Span, infill_split
 
 GENERATE = "dice.server.generate"
 INFILL = "dice.server.infill"
@@ -33,6 +37,69 @@ def offers(anatomy: Anatomy, offset: int | None) -> list[Offer]:
             out.append(Offer("Infill kernel core", INFILL, "refactor.rewrite"))
         out.append(Offer("Benchmark now", BENCHMARK, "source"))
     return out
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A finding's mechanical fix: replace `span` of the file by `text`."""
+
+    title: str
+    finding: Finding
+    span: Span
+    text: str
+
+
+# Precision switches a solution flips against an fp32 reference, each with the text that keeps float32
+_PRECISION = (
+    (re.compile(r"allow_tf32(\s*=\s*)True"), r"allow_tf32\1False", "Turn TF32 off"),
+    (re.compile(r"set_float32_matmul_precision\((\s*)(['\"])(high|medium)\2"),
+     r"set_float32_matmul_precision(\1\2highest\2", "Keep matmuls in full float32 precision"),
+    (re.compile(r"\.(half|bfloat16)\(\)"), "", "Stay in float32"),
+    (re.compile(r"torch\.(float16|half|bfloat16)"), "torch.float32", "Use torch.float32"),
+)
+
+
+def fixes(anatomy: Anatomy, within: Span | None = None) -> list[Fix]:
+    """The mechanical fixes of the file's findings (those that touch `within`, when given): precision switches
+    turned back to float32, and a try/except that can fall back to PyTorch replaced by its try block."""
+    out = []
+    for finding in anatomy.findings:
+        if within is not None and (finding.span.end < within.start or finding.span.start > within.end):
+            continue
+        fix = _precision_fix(anatomy.text, finding) if finding.code == "precision" else \
+            _fallback_fix(anatomy.text, finding) if finding.code == "exception-fallback" else None
+        if fix is not None:
+            out.append(fix)
+    return out
+
+
+def _precision_fix(text: str, finding: Finding) -> Fix | None:
+    found = finding.span.slice(text)
+    for pattern, replacement, title in _PRECISION:
+        if pattern.fullmatch(found):
+            return Fix(title, finding, finding.span, pattern.sub(replacement, found))
+    return None  # lower precision inside the CUDA source: no mechanical fix
+
+
+def _fallback_fix(text: str, finding: Finding) -> Fix | None:
+    """The try statement at the finding replaced by its try block, one level less indented; None where that is not
+    all it does (an `else` or `finally`, which the fix would drop) or it does not parse on its own."""
+    line_start = text.rfind("\n", 0, finding.span.start) + 1
+    indent = text[line_start:finding.span.start]
+    if indent.strip():
+        return None  # `try` does not begin its line
+    statement = text[line_start:finding.span.end]
+    try:
+        [node] = ast.parse(textwrap.dedent(statement)).body
+    except (SyntaxError, ValueError):
+        return None
+    if not isinstance(node, ast.Try) or node.orelse or node.finalbody or not node.body:
+        return None
+    lines = statement.splitlines(keepends=True)
+    body = textwrap.dedent("".join(lines[node.body[0].lineno - 1:node.body[-1].end_lineno]))
+    kept = textwrap.indent(body, indent)
+    return Fix("Remove the try/except: let a failing kernel fail", finding, Span(line_start, finding.span.end),
+               kept.rstrip("\n"))
 
 
 def lenses(anatomy: Anatomy) -> list[Offer]:

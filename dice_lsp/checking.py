@@ -29,6 +29,7 @@ def check_options(settings: Settings) -> Options:
         build_timeout=settings.build_timeout,
         run_timeout=settings.run_timeout,
         cuda_home=settings.cuda_home,
+        sandbox=settings.sandbox,
     )
 
 
@@ -91,16 +92,25 @@ class CheckRunner:
         if run is not None:
             run.cancel()
 
-    def close(self) -> None:
-        self.cancel_all()
+    def close(self, wait_s: float = 30.0) -> None:
+        """Cancel every check, wait (up to `wait_s` each) until its thread has closed its workers, a build's
+        compilers included, then close the pool's spares and kept reference workers. In this order: a check that
+        ends after the pool closed would hand the pool its reference worker again."""
+        self.pool.keep_warm(0)  # nothing (a preparation still filling spares) starts another
+        for run in self.cancel_all():
+            try:
+                run.result(wait_s)
+            except harness.HarnessError:
+                log.warning("a cancelled check did not end within %.0f s; closing its pool anyway", wait_s)
         try:
             self.pool.close()
         except Exception:  # noqa: BLE001  (shutting down: nothing left to report to)
-            pass
+            log.exception("closing the harness's workers failed")
 
-    def cancel_all(self) -> None:
+    def cancel_all(self) -> list[harness.Run]:
         with self._lock:
             runs = list(self._running.values())
             self._running.clear()
         for run in runs:
             run.cancel()
+        return runs

@@ -1,20 +1,31 @@
 """The one place where dice-lsp's objects (Anatomy, Report, the session's answers) become LSP types: diagnostics,
-code actions and lenses, hovers, edits, messages.
+code actions and lenses, inlay hints, hovers, edits, messages.
 
 Everything here is pure: it takes text, objects and the negotiated position encoding, and returns lsprotocol values.
+Where it matters: problems are diagnostics (a correct kernel much slower than eager is a warning), results are code
+lenses and inlay hints, and each finding code links to its row of the README's findings table.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
 
+import dice_lsp
 from dice_lsp.anatomy import Anatomy, LineIndex, Span
 
 SOURCE = "dice"
+# A correct kernel that takes more than twice eager PyTorch's time is a warning: it is slower than the code it replaces
+SLOW = 0.5
+# The finding codes the README's findings table documents, each in a row with the anchor `finding-<code>`
+FINDING_CODES = ("kernel-not-bound", "binding-not-called", "torch-fallback", "one-shot-copy", "exception-fallback",
+                 "reference-reuse", "side-stream", "thread", "timer-patch", "precision", "output-cached",
+                 "signature-mismatch", "kernel-not-launched", "tiny-output", "timer-mismatch", "crash", "unsandboxed")
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
@@ -60,11 +71,7 @@ def anatomy_diagnostics(anatomy: Anatomy, encoding: str, reference_missing: str 
     index = LineIndex(anatomy.text)
     out = []
     for finding in anatomy.findings:
-        out.append(types.Diagnostic(
-            range=first_line(index, finding.span, encoding), message=finding.message,
-            severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning), code=finding.code,
-            source=SOURCE,
-        ))
+        out.append(finding_diagnostic(index, finding, encoding))
     if anatomy.model is not None and anatomy.get_inputs is None:
         out.append(types.Diagnostic(
             range=first_line(index, anatomy.model.name_span, encoding), code="missing-get-inputs", source=SOURCE,
@@ -101,29 +108,77 @@ def report_diagnostics(anatomy: Anatomy, report, encoding: str) -> list[types.Di
                                     severity=_SEVERITY.get(diagnostic.severity, types.DiagnosticSeverity.Error),
                                     code="compile"))
     for finding in report.findings:  # run-time findings; the static ones come from anatomy on every change
-        out.append(types.Diagnostic(
-            range=first_line(index, finding.span, encoding), message=finding.message, code=finding.code,
-            severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning), source=SOURCE,
-        ))
+        out.append(finding_diagnostic(index, finding, encoding))
     anchor = anatomy.model_new.name_span if anatomy.model_new is not None else Span(0, 0)
     headline = result_line(report)
     if headline:
-        failed = report.status not in ("correct", "built-not-run")
-        out.append(types.Diagnostic(
-            range=first_line(index, anchor, encoding), message=headline, source=SOURCE, code=report.status,
-            severity=types.DiagnosticSeverity.Error if failed else types.DiagnosticSeverity.Information,
-        ))
-    for share in report.kernels:
-        kernel = anatomy.function(share.name)
-        if kernel is None or not share.own:
-            continue
+        out.append(types.Diagnostic(range=first_line(index, anchor, encoding), message=headline, source=SOURCE,
+                                    code=report.status, severity=result_severity(report)))
+    for share, kernel in placed_kernels(anatomy, report):  # also an inlay hint: a hint here, out of the problems list
         out.append(types.Diagnostic(
             range=lsp_range(index, kernel.name_span, encoding), source=SOURCE, code="kernel-time",
-            severity=types.DiagnosticSeverity.Information,
+            severity=types.DiagnosticSeverity.Hint,
             message=f"{share.name}: {share.share:.0%} of forward GPU time ({share.time_us:.1f} us, "
                     f"{share.launches} launch{'es' if share.launches != 1 else ''})",
         ))
     return out
+
+
+def finding_diagnostic(index: LineIndex, finding, encoding: str) -> types.Diagnostic:
+    """A static or run-time finding on the first line it is about, linked to its documentation."""
+    return types.Diagnostic(
+        range=first_line(index, finding.span, encoding), message=finding.message, code=finding.code, source=SOURCE,
+        severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning),
+        code_description=code_description(finding.code),
+    )
+
+
+def code_description(code: str) -> types.CodeDescription | None:
+    """The link to a finding code's row in the README's findings table; None for a code it does not document, or
+    where no README can be found."""
+    page = findings_page()
+    if page is None or code not in FINDING_CODES:
+        return None
+    return types.CodeDescription(href=f"{page}#finding-{code}")
+
+
+@functools.lru_cache(maxsize=1)
+def findings_page() -> str | None:
+    """Where the findings table is: the distribution's documentation URL (a Project-URL named "Documentation") when
+    it names one, else the README of the source tree this package runs from (an editable install, as the README
+    sets it up)."""
+    try:
+        for entry in metadata.metadata("dice-lsp").get_all("Project-URL") or []:
+            label, _, url = entry.partition(",")
+            if label.strip().lower() == "documentation" and url.strip():
+                return url.strip()
+    except metadata.PackageNotFoundError:
+        pass
+    readme = Path(dice_lsp.__file__).resolve().parent.parent / "README.md"
+    return readme.as_uri() if readme.is_file() else None
+
+
+def result_severity(report) -> types.DiagnosticSeverity:
+    """A failed check is an error; a correct kernel much slower than eager a warning; any other result information."""
+    if report.status not in ("correct", "built-not-run"):
+        return types.DiagnosticSeverity.Error
+    if report.status == "correct" and report.speedup_eager is not None and report.speedup_eager < SLOW:
+        return types.DiagnosticSeverity.Warning
+    return types.DiagnosticSeverity.Information
+
+
+def placed_kernels(anatomy: Anatomy, report):
+    """(KernelShare, CudaFunction) for each of the file's own kernels that the check timed."""
+    for share in report.kernels:
+        kernel = anatomy.function(share.name)
+        if kernel is not None and share.own:
+            yield share, kernel
+
+
+def speedup(value: float, against: str) -> str:
+    """"1.80x vs eager"; a kernel far slower says by how much ("0.0033x vs eager, 300x slower")."""
+    shown = f"{value:.2f}x" if value >= 0.01 else f"{value:.2g}x"
+    return f"{shown} vs {against}" + (f", {1 / value:.0f}x slower" if 0 < value < SLOW else "")
 
 
 def result_line(report) -> str:
@@ -132,9 +187,9 @@ def result_line(report) -> str:
     if status == "correct":
         parts = []
         if report.speedup_eager is not None:
-            parts.append(f"{report.speedup_eager:.2f}x vs eager")
+            parts.append(speedup(report.speedup_eager, "eager"))
         if report.speedup_compile is not None:
-            parts.append(f"{report.speedup_compile:.2f}x vs torch.compile")
+            parts.append(speedup(report.speedup_compile, "torch.compile"))
         timing = report.timings.get("solution")
         trials = f"{len(report.trials)} correctness trials"
         if timing is not None:
@@ -143,9 +198,10 @@ def result_line(report) -> str:
     if status == "mismatch":
         failed = [t for t in report.trials if not t.passed]
         worst = failed[0] if failed else None
-        detail = (f"; max abs error {worst.max_abs_error:.3g} at {worst.where}" if worst and worst.where else "")
-        return f"wrong result on {len(failed)} of {len(report.trials)} trials{detail}" + (
-            f" ({report.message})" if report.message else "")
+        # The harness's message names the worst element and its seed already; say it once
+        detail = (f": {report.message}" if report.message else
+                  f"; max abs error {worst.max_abs_error:.3g} at {worst.where}" if worst and worst.where else "")
+        return f"wrong result on {len(failed)} of {len(report.trials)} trials{detail}"
     if status == "built-not-run":
         return f"built; not run: {report.message or 'no GPU'}"
     if status == "compile-error":
@@ -191,6 +247,16 @@ def code_actions(offers, uri: str) -> list[types.CodeAction]:
             for offer in offers]
 
 
+def quick_fixes(fixes, uri: str, version: int, text: str, encoding: str) -> list[types.CodeAction]:
+    """Each of actions.fixes' Fixes as a quick fix of its finding's diagnostic, applied as an edit of the file at
+    `version` (the editor refuses it once the text has changed)."""
+    index = LineIndex(text)
+    return [types.CodeAction(
+        title=fix.title, kind=types.CodeActionKind.QuickFix, is_preferred=True,
+        diagnostics=[finding_diagnostic(index, fix.finding, encoding)],
+        edit=replace_edit(uri, version, text, fix.span, fix.text, encoding)) for fix in fixes]
+
+
 def code_lenses(anatomy: Anatomy, report, commands, uri: str, encoding: str) -> list[types.CodeLens]:
     """Above `class ModelNew`: the last check's result (`report`, None when there is none), then a lens for each of
     actions.lenses' Offers."""
@@ -206,23 +272,52 @@ def code_lenses(anatomy: Anatomy, report, commands, uri: str, encoding: str) -> 
     return lenses
 
 
-def replace_edit(uri: str, version: int, within: str, span: Span, text: str, encoding: str) -> types.WorkspaceEdit:
-    """Replace `span` of the file `uri` (its text `within`, at `version`) by `text`."""
+def inlay_hints(anatomy: Anatomy, report, encoding: str, lines: range | None = None) -> list[types.InlayHint]:
+    """The last check's result at the end of the `class ModelNew` line, and each timed kernel's share of GPU time at
+    the end of its line (only those on `lines`, when given); none without a check of this text (`report` None)."""
+    if report is None or anatomy.model_new is None:
+        return []
+    index = LineIndex(anatomy.text)
+    places = [(anatomy.model_new.name_span, short_result(report), result_line(report))]
+    places += [(kernel.name_span, f"{share.share:.0%} of GPU time, {share.time_us:.1f} us",
+                f"{share.name}: {share.launches} launch{'es' if share.launches != 1 else ''} per forward")
+               for share, kernel in placed_kernels(anatomy, report)]
+    hints = []
+    for span, label, tooltip in places:
+        line = index.line_of(span.start)
+        if label and (lines is None or line in lines):
+            end = index.position(index.line_starts[line] + len(index.line_text(line)), encoding)  # type: ignore
+            hints.append(types.InlayHint(position=types.Position(*end), label=label, padding_left=True,
+                                         tooltip=tooltip))
+    return hints
+
+
+def short_result(report) -> str:
+    """A check's result in a few words, for an inlay hint: "correct, 1.80x vs eager", "wrong result"."""
+    if report.status == "correct":
+        return "correct" + (f", {speedup(report.speedup_eager, 'eager')}" if report.speedup_eager is not None else "")
+    return {"mismatch": "wrong result", "compile-error": "does not compile", "cancelled": "",
+            "built-not-run": "built, not run"}.get(report.status, report.status)
+
+
+CONFIRM = "dice-generated"  # the change annotation of generated edits
+
+
+def replace_edit(uri: str, version: int, within: str, span: Span, text: str, encoding: str,
+                 confirm: str | None = None) -> types.WorkspaceEdit:
+    """Replace `span` of the file `uri` (its text `within`, at `version`) by `text`. With `confirm` (a label), the
+    edit carries a change annotation that needs the user's confirmation: the editor shows it before applying."""
     identifier = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version)
     where = lsp_range(LineIndex(within), span, encoding)
-    return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(text_document=identifier,
-                                                                        edits=[types.TextEdit(where, text)])])
-
-
-def new_file_edit(path: Path, text: str) -> types.WorkspaceEdit:
-    """Create the file `path` (never over an existing one) holding `text`."""
-    target = path.as_uri()
-    start = types.Range(types.Position(0, 0), types.Position(0, 0))
-    return types.WorkspaceEdit(document_changes=[
-        types.CreateFile(uri=target, options=types.CreateFileOptions(overwrite=False, ignore_if_exists=False)),
-        types.TextDocumentEdit(text_document=types.OptionalVersionedTextDocumentIdentifier(uri=target, version=None),
-                               edits=[types.TextEdit(start, text)]),
-    ])
+    if confirm is None:
+        return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(text_document=identifier,
+                                                                            edits=[types.TextEdit(where, text)])])
+    annotation = types.ChangeAnnotation(label=confirm, needs_confirmation=True,
+                                        description="written by the model: review it before it is applied")
+    return types.WorkspaceEdit(
+        document_changes=[types.TextDocumentEdit(text_document=identifier, edits=[
+            types.AnnotatedTextEdit(range=where, new_text=text, annotation_id=CONFIRM)])],
+        change_annotations={CONFIRM: annotation})
 
 
 _MESSAGE_TYPE = {"error": types.MessageType.Error, "warning": types.MessageType.Warning,

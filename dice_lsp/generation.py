@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 import threading
 import traceback
 from typing import Callable
@@ -33,6 +34,9 @@ class GenerationCancelled(Exception):
 
 def _child(connection, cancel_event) -> None:
     """The child's loop: load (and keep) the model, run jobs, stream progress back."""
+    # Ctrl-C in the terminal that started the server reaches its whole process group, this child too: the server
+    # decides what ends (it cancels the job and stops this child), not a KeyboardInterrupt in the middle of a block.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     loaded = {}
     while True:
         try:
@@ -93,12 +97,14 @@ class EngineWorker:
         self._context = multiprocessing.get_context("spawn")
         self._process = None
         self._connection = None
-        self._cancel = self._context.Event()
+        self._cancel = None  # made with the first child: a semaphore starts multiprocessing's resource tracker
         self._lock = threading.Lock()
 
     def _ensure(self) -> None:
         if self._process is not None and self._process.is_alive():
             return
+        if self._cancel is None:
+            self._cancel = self._context.Event()
         parent, child = self._context.Pipe()
         self._process = self._context.Process(target=_child, args=(child, self._cancel), daemon=True,
                                               name="dice-lsp-engine")
@@ -155,7 +161,10 @@ class EngineWorker:
         return GenerationError(failed.message, failed.kind)
 
     def close(self) -> None:
+        """Stop the child: its job is cancelled (decoding ends at the next block), then it is asked to exit, and
+        killed when it has not within 2 s."""
         if self._process is not None and self._process.is_alive():
+            self._cancel.set()
             try:
                 self._connection.send(Stop())
                 self._process.join(timeout=2)

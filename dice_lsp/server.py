@@ -1,26 +1,42 @@
 """The language server: registers LSP handlers that turn params into calls on the Session (dice_lsp/session.py, where
-the logic lives, free of pygls) and its answers into LSP types (dice_lsp/convert.py).
+the logic lives, free of pygls) and its answers into LSP types (dice_lsp/convert.py), and serves one client over
+stdio or TCP until it exits or SIGINT/SIGTERM ends the server with every check and worker closed.
 
-`LspEditor` is the session's editor over this connection: diagnostics, messages, status, progress and edits.
+`LspEditor` is the session's editor over this connection: diagnostics, messages, status, progress, edits and the
+settings, each used only as far as the client said it supports it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+import os
+import queue
+import re
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 from uuid import uuid4
 
+import cattrs
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcRequestCancelled
+from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from dice_lsp import __version__, actions, convert, status
+from dice_lsp.anatomy import Span
 from dice_lsp.session import Applied, NoProgress, ProgressReport, Session, Severity, Snapshot
 
 log = logging.getLogger("dice_lsp")
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class LspProgress:
-    """A generation's progress as LSP work-done progress; the user can cancel it there."""
+    """A long job's progress as LSP work-done progress; the user can cancel it there."""
 
     def __init__(self, server: LanguageServer, token: str) -> None:
         self.server, self.token = server, token
@@ -35,6 +51,7 @@ class LspProgress:
 
     def end(self, message: str) -> None:
         self.server.work_done_progress.end(self.token, types.WorkDoneProgressEnd(message=message))
+        self.server.work_done_progress.tokens.pop(self.token, None)
 
 
 class LspEditor:
@@ -42,6 +59,10 @@ class LspEditor:
 
     def __init__(self, server: DiceServer) -> None:
         self.server = server
+
+    @property
+    def capabilities(self) -> types.ClientCapabilities:
+        return self.server.client_capabilities
 
     def publish(self, snapshot: Snapshot) -> None:
         diagnostics = convert.document_diagnostics(snapshot.anatomy, snapshot.reference_problem,
@@ -58,43 +79,125 @@ class LspEditor:
     def status(self, message: status.Status) -> None:
         self.server.protocol.notify(status.METHOD, message.params())
 
-    def refresh_code_lenses(self) -> None:
-        workspace = self.server.client_capabilities.workspace
+    def refresh_views(self) -> None:
+        workspace = self.capabilities.workspace
         if workspace is not None and workspace.code_lens is not None and workspace.code_lens.refresh_support:
             self.server.workspace_code_lens_refresh(None)
+        if workspace is not None and workspace.inlay_hint is not None and workspace.inlay_hint.refresh_support:
+            self.server.workspace_inlay_hint_refresh(None)
 
     async def configuration(self) -> Any:
+        workspace = self.capabilities.workspace
+        if workspace is None or not workspace.configuration:  # asked only of a client that says it answers
+            return None
         try:
             result = await self.server.workspace_configuration_async(
                 types.ConfigurationParams(items=[types.ConfigurationItem(section="dice")]))
-        except Exception as error:  # a client without workspace/configuration keeps the defaults
+        except Exception as error:  # noqa: BLE001  (a client that fails to answer keeps the settings it gave)
             log.info("workspace/configuration failed: %s", error)
             return None
         return result[0] if result else None
 
     async def progress(self, title: str) -> ProgressReport:
+        window = self.capabilities.window
+        if window is None or not window.work_done_progress:
+            return NoProgress()
         token = str(uuid4())
         progress = self.server.work_done_progress
         try:
             await progress.create_async(token)
-            progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=True, message="starting"))
-        except Exception:  # a client that shows no progress: generation runs all the same
+        except Exception as error:  # noqa: BLE001  (the job runs all the same, without progress)
+            log.info("window/workDoneProgress/create failed: %s", error)
             return NoProgress()
+        progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=True))
         return LspProgress(self.server, token)
 
-    async def apply(self, uri: str, version: int, edit: actions.Replace | actions.NewFile, label: str) -> Applied:
-        if isinstance(edit, actions.Replace):
-            change = convert.replace_edit(uri, version, edit.within, edit.span, edit.text, self.server.encoding)
-        else:
-            change = convert.new_file_edit(edit.path, edit.text)
+    async def apply(self, uri: str, version: int, edit: actions.Replace, label: str) -> Applied:
+        workspace = self.capabilities.workspace
+        annotations = workspace is not None and workspace.workspace_edit is not None and \
+            workspace.workspace_edit.change_annotation_support is not None
+        change = convert.replace_edit(uri, version, edit.within, edit.span, edit.text, self.server.encoding,
+                                      confirm=label if annotations else None)
         result = await self.server.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=change, label=label))
         return Applied(bool(result.applied), result.failure_reason or "")
+
+    async def show_document(self, uri: str) -> bool:
+        window = self.capabilities.window
+        if window is None or window.show_document is None or not window.show_document.support:
+            return False
+        try:
+            result = await self.server.window_show_document_async(types.ShowDocumentParams(uri=uri, take_focus=True))
+        except Exception as error:  # noqa: BLE001
+            log.info("window/showDocument failed: %s", error)
+            return False
+        return bool(result.success)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A request whose params do not fit its method: it is answered with InvalidParams and goes no further."""
+
+    id: int | str
+    method: str
+    why: str
+
+
+class DiceProtocol(LanguageServerProtocol):
+    """pygls' protocol, except that a request whose params do not fit its method gets an InvalidParams error saying
+    which field is wrong. (pygls logs it and answers nothing: the client would wait for the answer for ever.)"""
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as error:
+            if "id" not in data or "method" not in data:
+                raise
+            cause = error.__cause__
+            why = "; ".join(_json_path(line) for line in cattrs.transform_error(cause)) \
+                if isinstance(cause, cattrs.BaseValidationError) else str(cause or error)
+            return Unreadable(data["id"], str(data["method"]), why)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[int | str, asyncio.Task] = {}  # running commands by request id, for $/cancelRequest
+
+    def _handle_cancel_notification(self, msg_id: int | str) -> None:
+        """$/cancelRequest of a running command cancels its task, so what it started stops too (pygls cancels only
+        the future of its own executeCommand handler: the answer went out at once while decoding went on); the
+        command then answers as cancelled."""
+        task = self.commands.pop(msg_id, None)
+        if task is None:
+            super()._handle_cancel_notification(msg_id)
+        else:
+            task.cancel()
+
+    def _send_handler_result(self, future, *, msg_id: int | str) -> None:
+        if not future.cancelled() and isinstance(future.exception(), JsonRpcRequestCancelled):
+            self._request_futures.pop(msg_id, None)  # a cancel is an answer, not an error worth a traceback in the log
+            self._send_response(msg_id, error=future.exception().to_response_error())
+            return
+        super()._send_handler_result(future, msg_id=msg_id)
+
+    def handle_message(self, message) -> None:
+        if isinstance(message, Unreadable):
+            log.warning("%s with invalid params: %s", message.method, message.why)
+            self._send_response(message.id, error=JsonRpcInvalidParams(
+                f"invalid params for {message.method}: {message.why}").to_response_error())
+            return
+        super().handle_message(message)
+
+
+def _json_path(line: str) -> str:
+    """cattrs names fields as lsprotocol's classes do (text_document); the client wrote them in JSON (textDocument)."""
+    what, at, path = line.rpartition(" @ ")
+    return f"{what}{at}{re.sub(r'_([a-z])', lambda m: m.group(1).upper(), path)}" if at else line
 
 
 class DiceServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("dice-lsp", __version__)
+        super().__init__("dice-lsp", __version__, protocol_cls=DiceProtocol)
         self.session = Session(LspEditor(self))
+        self.initialization_options: Any = None
 
     @property
     def encoding(self) -> str:
@@ -105,9 +208,14 @@ class DiceServer(LanguageServer):
 server = DiceServer()
 
 
+@server.feature(types.INITIALIZE)
+def initialize(ls: DiceServer, params: types.InitializeParams) -> None:
+    ls.initialization_options = params.initialization_options
+
+
 @server.feature(types.INITIALIZED)
 async def initialized(ls: DiceServer, params: types.InitializedParams) -> None:
-    await ls.session.initialized()
+    await ls.session.initialized(ls.initialization_options)
     workspace = ls.client_capabilities.workspace
     dynamic = workspace is not None and workspace.did_change_configuration is not None and \
         workspace.did_change_configuration.dynamic_registration
@@ -115,13 +223,13 @@ async def initialized(ls: DiceServer, params: types.InitializedParams) -> None:
         try:
             await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
                 id="dice-configuration", method=types.WORKSPACE_DID_CHANGE_CONFIGURATION, register_options={})]))
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001
             log.info("could not register for configuration changes: %s", error)
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
 async def did_change_configuration(ls: DiceServer, params: types.DidChangeConfigurationParams) -> None:
-    await ls.session.configuration_changed()
+    await ls.session.configuration_changed(params.settings)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
@@ -147,12 +255,15 @@ def did_close(ls: DiceServer, params: types.DidCloseTextDocumentParams) -> None:
     ls.session.close(params.text_document.uri)
 
 
-@server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-    code_action_kinds=[types.CodeActionKind.RefactorRewrite, types.CodeActionKind.Source]))
+@server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[
+    types.CodeActionKind.QuickFix, types.CodeActionKind.RefactorRewrite, types.CodeActionKind.Source]))
 def code_action(ls: DiceServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
-    offset = convert.offset(ls.session.snapshot(uri).anatomy.text, params.range.start, ls.encoding)
-    return convert.code_actions(ls.session.offers(uri, offset), uri)
+    snapshot = ls.session.snapshot(uri)
+    text = snapshot.anatomy.text
+    start, end = (convert.offset(text, position, ls.encoding) for position in (params.range.start, params.range.end))
+    fixes = convert.quick_fixes(ls.session.fixes(uri, Span(start, end)), uri, snapshot.version, text, ls.encoding)
+    return fixes + convert.code_actions(ls.session.offers(uri, start), uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
@@ -160,6 +271,13 @@ def code_lens(ls: DiceServer, params: types.CodeLensParams) -> list[types.CodeLe
     uri = params.text_document.uri
     snapshot = ls.session.snapshot(uri)
     return convert.code_lenses(snapshot.anatomy, snapshot.report, actions.lenses(snapshot.anatomy), uri, ls.encoding)
+
+
+@server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
+def inlay_hint(ls: DiceServer, params: types.InlayHintParams) -> list[types.InlayHint]:
+    snapshot = ls.session.snapshot(params.text_document.uri)
+    lines = range(params.range.start.line, params.range.end.line + 1)
+    return convert.inlay_hints(snapshot.anatomy, snapshot.current_report, ls.encoding, lines)
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
@@ -171,19 +289,171 @@ def hover(ls: DiceServer, params: types.HoverParams) -> types.Hover | None:
 
 @server.command(actions.GENERATE)
 async def command_generate(ls: DiceServer, uri: str) -> dict:
-    return convert.command_result(await ls.session.generate(uri, infill=False))
+    return await answer(ls, ls.session.generate(uri, infill=False))
 
 
 @server.command(actions.INFILL)
 async def command_infill(ls: DiceServer, uri: str) -> dict:
-    return convert.command_result(await ls.session.generate(uri, infill=True))
+    return await answer(ls, ls.session.generate(uri, infill=True))
 
 
 @server.command(actions.BENCHMARK)
 async def command_benchmark(ls: DiceServer, uri: str) -> dict:
-    return convert.command_result(ls.session.benchmark(uri))
+    return await answer(ls, ls.session.benchmark(uri))
+
+
+async def answer(ls: DiceServer, work: Awaitable) -> dict:
+    """A command's answer as JSON; while it runs, a $/cancelRequest of its request cancels it (DiceProtocol), and it
+    is answered as cancelled once the session has stopped what it started."""
+    request = ls.protocol.msg_id
+    ls.protocol.commands[request] = asyncio.current_task()
+    try:
+        return convert.command_result(await work)
+    except asyncio.CancelledError:
+        raise JsonRpcRequestCancelled(f"request {request} was cancelled") from None
+    finally:
+        ls.protocol.commands.pop(request, None)
 
 
 @server.feature(types.SHUTDOWN)
 def shutdown(ls: DiceServer, params: None) -> None:
     ls.session.shutdown()
+
+
+# -- the transport: one client, and an end that leaves nothing running ------------------------------------------------
+Connect = Callable[[], Awaitable[tuple[Any, Any]]]  # (reader, writer) in pygls' reader and writer interfaces
+
+
+def serve(connect: Connect, ready: Callable[[], None] = lambda: None, ls: DiceServer = server) -> int:
+    """Serve the client `connect` brings until it exits (status 0 after a shutdown request, else 1) or SIGINT or
+    SIGTERM arrives (128 + its number, as a shell reports it): either way every check is cancelled and every worker
+    and the generation child are ended before this returns. A second signal ends the process at once. `ready()` is
+    called once signals are handled so."""
+    return asyncio.run(_serve(connect, ready, ls))
+
+
+async def _serve(connect: Connect, ready: Callable[[], None], ls: DiceServer) -> int:
+    loop = asyncio.get_running_loop()
+    stopped: asyncio.Future[int] = loop.create_future()
+    for number in SIGNALS:
+        loop.add_signal_handler(number, lambda number=number: stopped.done() or stopped.set_result(number))
+    ready()
+    log.info("dice-lsp %s serving (pid %d)", __version__, os.getpid())
+    connection = asyncio.ensure_future(_connection(connect, ls))
+    try:
+        await asyncio.wait([connection, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not stopped.done():
+            return connection.result()
+        log.info("stopping on %s", signal.Signals(stopped.result()).name)
+        return 128 + stopped.result()
+    finally:
+        for number in SIGNALS:  # a second signal while closing ends the process at once
+            loop.remove_signal_handler(number)
+            signal.signal(number, signal.SIG_DFL)
+        connection.cancel()
+        ls.session.shutdown()
+        commands = list(ls.protocol.commands.values())
+        for task in commands:  # each answers as cancelled, now that what it waited for has ended
+            task.cancel()
+        await asyncio.gather(*commands, return_exceptions=True)
+
+
+async def _connection(connect: Connect, ls: DiceServer) -> int:
+    reader, writer = await connect()
+    ls.protocol.set_writer(writer)
+    try:
+        await run_async(stop_event=threading.Event(), reader=reader, protocol=ls.protocol, logger=log,
+                        error_handler=ls.report_server_error)
+    except SystemExit as exit:  # pygls ends the `exit` notification with sys.exit(0 after shutdown, else 1)
+        return int(exit.code or 0)
+    return 0  # the client closed the connection
+
+
+def stdio() -> Connect:
+    async def connect() -> tuple[Any, Any]:
+        return StdinReader(sys.stdin.fileno()), StdoutWriter(sys.stdout.buffer)
+    return connect
+
+
+def tcp(host: str, port: int, listening: Callable[[str, int], None]) -> Connect:
+    """Listen on host:port and serve the first client that connects; `listening(host, port)` is told the address
+    (port 0 picks a free one)."""
+    async def connect() -> tuple[Any, Any]:
+        client: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if client.done():
+                writer.close()  # one client a server, as an editor starts it
+            else:
+                client.set_result((reader, writer))
+
+        listener = await asyncio.start_server(accept, host, port)
+        listening(*listener.sockets[0].getsockname()[:2])
+        try:
+            return await client
+        finally:
+            listener.close()
+    return connect
+
+
+class StdinReader:
+    """pygls' reader interface over a file descriptor (stdin's), read on a daemon thread of its own with os.read.
+    (pygls reads sys.stdin on a pool thread, which Python waits for at exit, so a server waiting on stdin could not
+    end on Ctrl-C; and a thread blocked inside sys.stdin's buffer holds its lock, which Python needs at exit.)"""
+
+    def __init__(self, descriptor: int) -> None:
+        self.descriptor = descriptor
+        self.buffer = bytearray()
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="dice-stdin", daemon=True).start()
+
+    def readline(self) -> asyncio.Future:
+        return self._call(self._readline)
+
+    def readexactly(self, size: int) -> asyncio.Future:
+        return self._call(self._read, size)
+
+    def _readline(self) -> bytes:
+        while b"\n" not in self.buffer and self._fill(1 << 16):
+            pass
+        end = self.buffer.find(b"\n") + 1 or len(self.buffer)
+        return self._take(end)
+
+    def _read(self, size: int) -> bytes:
+        while len(self.buffer) < size and self._fill(size - len(self.buffer)):
+            pass
+        return self._take(min(size, len(self.buffer)))
+
+    def _fill(self, size: int) -> bool:
+        """Read what is there (up to `size` bytes, at least 64 KiB asked); False at the end of the stream."""
+        try:
+            chunk = os.read(self.descriptor, max(size, 1 << 16))
+        except OSError:  # closed under us: the end of the connection
+            return False
+        self.buffer += chunk
+        return bool(chunk)
+
+    def _take(self, size: int) -> bytes:
+        out = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return out
+
+    def _call(self, method: Callable, *args: Any) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.calls.put((loop, future, method, args))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            loop, future, method, args = self.calls.get()
+            value = method(*args)
+            try:
+                loop.call_soon_threadsafe(_settle, future, value)
+            except RuntimeError:  # the loop has closed: nobody waits for this read
+                return
+
+
+def _settle(future: asyncio.Future, value: bytes) -> None:
+    if not future.done():
+        future.set_result(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lsprotocol import types
@@ -11,6 +12,7 @@ from dice_lsp.anatomy import Finding, LineIndex, Span, parse
 from dice_lsp.harness.report import KernelShare, Report, Timing, Trial
 
 HARNESS_FILES = Path(__file__).parent.parent / "harness" / "files"
+FILES = Path(__file__).parent.parent / "anatomy" / "files"
 
 
 def test_gpu_report_lands_on_model_new_and_kernel_lines():
@@ -32,12 +34,69 @@ def test_gpu_report_lands_on_model_new_and_kernel_lines():
     assert headline.severity == types.DiagnosticSeverity.Information
     assert headline.message.startswith("correct: 1.80x vs eager, 1.10x vs torch.compile; 6 correctness trials, 100 "
                                        "timed trials")
-    share = by_code["kernel-time"]
+    share = by_code["kernel-time"]  # a hint: a result, not a problem for the problems list
     assert "add_kernel" in lines[share.range.start.line] and share.message.startswith("add_kernel: 80% of forward")
+    assert share.severity == types.DiagnosticSeverity.Hint
     assert [d.code for d in diagnostics].count("kernel-time") == 1  # library kernels are not placed on lines
     assert "unused_kernel" in lines[by_code["kernel-not-launched"].range.start.line]
     hover = convert.kernel_hover(anatomy, report, anatomy.function("add_kernel").name_span.start + 1)
     assert "80.0% of forward GPU time, 12.5 us over 100 launches" in hover
+    # The same results as inlay hints at the ends of their lines: the speedup on ModelNew's, the share on the kernel's
+    hints = {lines[h.position.line].split("(")[0]: h for h in convert.inlay_hints(anatomy, report, "utf-16")}
+    result = next(h for line, h in hints.items() if line.startswith("class ModelNew"))
+    assert result.label == "correct, 1.80x vs eager" and result.position.character == len(
+        lines[result.position.line]) and result.tooltip == headline.message
+    [kernel] = [h for line, h in hints.items() if "add_kernel" in line]
+    assert kernel.label == "80% of GPU time, 12.5 us"
+    assert convert.inlay_hints(anatomy, None, "utf-16") == []  # no check of this text: no hints
+    only_kernel_line = range(kernel.position.line, kernel.position.line + 1)
+    assert [h.label for h in convert.inlay_hints(anatomy, report, "utf-16", only_kernel_line)] == [kernel.label]
+
+
+def test_a_correct_kernel_much_slower_than_eager_is_a_warning_that_says_by_how_much():
+    anatomy = parse((HARNESS_FILES / "cuda_solution.py").read_text())
+    slow = Report(status="correct", speedup_eager=1 / 300, trials=(Trial(seed=1, passed=True),))
+    [headline] = convert.report_diagnostics(anatomy, slow, "utf-16")
+    assert headline.severity == types.DiagnosticSeverity.Warning
+    assert headline.message.startswith("correct: 0.0033x vs eager, 300x slower;")
+    for fine in (0.6, 1.8):
+        [headline] = convert.report_diagnostics(anatomy, Report(status="correct", speedup_eager=fine), "utf-16")
+        assert headline.severity == types.DiagnosticSeverity.Information
+
+
+def test_each_finding_links_to_its_row_of_the_readme_findings_table():
+    anatomy = parse((FILES / "deceptive_never_bound.py").read_text())
+    diagnostics = convert.anatomy_diagnostics(anatomy, "utf-16")
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    linked = [d for d in diagnostics if d.code_description is not None]
+    assert {d.code for d in linked} >= {"kernel-not-bound", "torch-fallback"}
+    for diagnostic in linked:
+        page, anchor = diagnostic.code_description.href.split("#")
+        assert page == (Path(__file__).parents[2] / "README.md").as_uri()
+        assert f'<a id="{anchor}"></a>`{diagnostic.code}`' in readme
+    for code in convert.FINDING_CODES:  # every code the table documents has its row
+        assert f'<a id="finding-{code}"></a>`{code}`' in readme
+
+
+def test_every_finding_code_the_checks_make_is_documented():
+    """The codes named in anatomy's table of constants and in each Finding(...) the harness makes."""
+    root = Path(__file__).parents[2]
+    made = set()
+    for source in (root / "dice_lsp" / "anatomy" / "findings.py", root / "harness" / "findings.py",
+                   root / "harness" / "pipeline.py"):
+        text = source.read_text()
+        made |= set(re.findall(r'^[A-Z_]+ = "([a-z-]+)"', text, re.M))
+        made |= set(re.findall(r'Finding\(\s*"([a-z-]+)"', text))
+    assert made and made <= set(convert.FINDING_CODES), made - set(convert.FINDING_CODES)
+
+
+def test_a_generated_edit_asks_for_confirmation_when_asked_to():
+    plain = convert.replace_edit("file:///a.py", 3, "abc", Span(1, 2), "X", "utf-16")
+    assert plain.change_annotations is None and type(plain.document_changes[0].edits[0]) is types.TextEdit
+    confirmed = convert.replace_edit("file:///a.py", 3, "abc", Span(1, 2), "X", "utf-16", confirm="Infilling")
+    [edit] = confirmed.document_changes[0].edits
+    annotation = confirmed.change_annotations[edit.annotation_id]
+    assert annotation.needs_confirmation is True and annotation.label == "Infilling" and edit.new_text == "X"
 
 
 def test_failed_reports_are_errors_with_the_worst_element():
@@ -47,6 +106,11 @@ def test_failed_reports_are_errors_with_the_worst_element():
     [headline] = convert.report_diagnostics(anatomy, report, "utf-16")
     assert headline.severity == types.DiagnosticSeverity.Error
     assert headline.message == "wrong result on 1 of 2 trials; max abs error 2.5 at output[3, 4]"
+    # The harness's message already names the element and the seed: it is not repeated
+    report = Report(status="mismatch", message="max abs error 2.23 at output[156, 332] (seed 43)",
+                    trials=(Trial(seed=43, passed=False, max_abs_error=2.23, where="output[156, 332]"),))
+    [headline] = convert.report_diagnostics(anatomy, report, "utf-16")
+    assert headline.message == "wrong result on 1 of 1 trials: max abs error 2.23 at output[156, 332] (seed 43)"
     assert convert.result_line(Report(status="cancelled")) == ""
     # An emoji is two UTF-16 code units: the character after it starts at column 2.
     assert convert.lsp_range(LineIndex("ab\n😀x"), Span(4, 5), "utf-16") == \

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 from lsprotocol import types
+from pygls.exceptions import JsonRpcRequestCancelled
 from pytest_lsp import LanguageClient
 
+from dice_lsp import status
 from dice_lsp.anatomy import infill_split, parse
 from dice_lsp.engine.checkpoint import BUNDLED
 from dice_lsp.train.tasks import render
@@ -18,33 +20,43 @@ PROBLEM = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n  
            "def get_init_inputs():\n    return []\n")
 
 
-async def open_problem(client: LanguageClient, tmp_path: Path, text: str = PROBLEM) -> tuple[str, Path]:
+async def decoding(client: LanguageClient) -> str:
+    """The token of the generation's progress once the model has loaded and a block is decoded (the status goes from
+    loading-model back to generating): decoding is under way. (pytest-lsp keeps $/progress without waking waiters.)"""
+    while "loading-model" not in (states := [params.state for params in client.statuses]) or \
+            states[::-1].index("generating") > states[::-1].index("loading-model"):
+        await client.wait_for_notification(status.METHOD)
+    [token] = client.progress_reports
+    return token
+
+
+ENDLESS = {"maxNewTokens": 100000, "steps": 4}  # decoding that runs until it is cancelled
+
+
+async def open_problem(client: LanguageClient, events, tmp_path: Path, text: str = PROBLEM, **settings
+                       ) -> tuple[str, Path]:
+    """Open the problem `text` as relu.py and set the `dice` settings (device cpu, and `settings`); once the server
+    has read both, its uri and path."""
     path = tmp_path / "relu.py"
     path.write_text(text)
-    uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
-        uri=uri, language_id="python", version=1, text=text)))
-    await asyncio.sleep(0.3)
+    uri = await events.opened(client, path)
+    await events.configure(client, device="cpu", **settings)
     return uri, path
 
 
-def configure(client: LanguageClient, **settings) -> None:
-    client.set_configuration({"device": "cpu", **settings}, section="dice")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-
-
 @pytest.mark.asyncio
-async def test_generate_reports_progress_and_creates_the_linked_solution(client: LanguageClient, tmp_path,
+async def test_generate_reports_progress_and_creates_the_linked_solution(client: LanguageClient, events, tmp_path,
                                                                          tiny_model_dir):
-    configure(client, model=str(tiny_model_dir), decoding={"maxNewTokens": 32})
-    uri, path = await open_problem(client, tmp_path)
+    uri, path = await open_problem(client, events, tmp_path, model=str(tiny_model_dir),
+                                   decoding={"maxNewTokens": 32})
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="dice.server.generate", arguments=[uri]))
-    assert result["ok"] is True, result
-    [edit] = client.applied_edits
-    create, write = edit.edit.document_changes
-    assert create.kind == "create" and create.uri == (tmp_path / "relu_dice.py").as_uri()
-    assert write.edits[0].new_text.startswith("# dice: reference = relu.py\n")
+    solution = tmp_path / "relu_dice.py"
+    assert result == {"ok": True, "message": f"wrote {solution}"}
+    # Written on disk by the server (not an unsaved buffer of the editor's), and said so: this client cannot be
+    # asked to open it (it declares no window/showDocument)
+    assert solution.read_text().startswith("# dice: reference = relu.py\n") and client.applied_edits == []
+    assert f"dice-lsp: wrote {solution}" in [m.message for m in client.messages]
     assert path.read_text() == PROBLEM  # the problem itself is untouched
     [token] = client.progress_reports
     reports = client.progress_reports[token]
@@ -53,26 +65,43 @@ async def test_generate_reports_progress_and_creates_the_linked_solution(client:
 
 
 @pytest.mark.asyncio
-async def test_generation_can_be_cancelled_from_its_progress(client: LanguageClient, tmp_path, tiny_model_dir):
-    configure(client, model=str(tiny_model_dir), decoding={"maxNewTokens": 100000, "steps": 4})
-    uri, _ = await open_problem(client, tmp_path)
+async def test_generation_can_be_cancelled_from_its_progress(client: LanguageClient, events, tmp_path,
+                                                             tiny_model_dir):
+    uri, _ = await open_problem(client, events, tmp_path, model=str(tiny_model_dir), decoding=ENDLESS)
     task = asyncio.ensure_future(client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="dice.server.generate", arguments=[uri])))
-    for _ in range(400):
-        tokens = list(client.progress_reports)
-        if tokens and len(client.progress_reports[tokens[0]]) >= 2:  # began and reported: decoding is under way
-            break
-        await asyncio.sleep(0.05)
-    client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=tokens[0]))
-    result = await asyncio.wait_for(task, 60)
+    token = await decoding(client)
+    client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=token))
+    result = await task
     assert result == {"ok": False, "message": "cancelled"}
     assert client.applied_edits == []
+    assert (client.statuses[-1].state, client.statuses[-1].message) == ("idle", "generation cancelled")
 
 
 @pytest.mark.asyncio
-async def test_missing_model_is_one_actionable_message(client: LanguageClient, tmp_path):
-    configure(client, model=str(tmp_path / "no-such-model"))
-    uri, _ = await open_problem(client, tmp_path)
+async def test_cancelling_the_request_stops_decoding_and_says_idle(client: LanguageClient, events, tmp_path,
+                                                                   tiny_model_dir):
+    """$/cancelRequest: the request is answered as cancelled only once decoding has stopped (its progress ends
+    first), the status returns to idle, and the engine takes the next job at once instead of decoding on."""
+    uri, _ = await open_problem(client, events, tmp_path, model=str(tiny_model_dir), decoding=ENDLESS)
+    request = asyncio.ensure_future(client.protocol.send_request_async(
+        types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(command="dice.server.generate", arguments=[uri]),
+        msg_id="generate-1"))
+    token = await decoding(client)
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="generate-1"))
+    with pytest.raises(JsonRpcRequestCancelled):
+        await request
+    assert client.progress_reports[token][-1].kind == "end"  # decoding had stopped before the answer
+    assert (client.statuses[-1].state, client.statuses[-1].message) == ("idle", "generation cancelled")
+    await events.configure(client, device="cpu", model=str(tiny_model_dir), decoding={"maxNewTokens": 16})
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="dice.server.generate", arguments=[uri]))
+    assert result["ok"] is True, result
+
+
+@pytest.mark.asyncio
+async def test_missing_model_is_one_actionable_message(client: LanguageClient, events, tmp_path):
+    uri, _ = await open_problem(client, events, tmp_path, model=str(tmp_path / "no-such-model"))
     for _ in range(2):
         result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command="dice.server.generate", arguments=[uri]))
@@ -89,9 +118,8 @@ def no_default_model(monkeypatch):
 
 
 @pytest.mark.asyncio
-async def test_no_model_configured_says_how_to_get_one(no_default_model, client: LanguageClient, tmp_path):
-    configure(client, model="")
-    uri, _ = await open_problem(client, tmp_path)
+async def test_no_model_configured_says_how_to_get_one(no_default_model, client: LanguageClient, events, tmp_path):
+    uri, _ = await open_problem(client, events, tmp_path, model="")
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="dice.server.generate", arguments=[uri]))
     assert result["ok"] is False and "huggingface-cli download DeadlyKitt3n/DICE-1.7B" in result["message"]
@@ -100,15 +128,13 @@ async def test_no_model_configured_says_how_to_get_one(no_default_model, client:
 
 @pytest.mark.asyncio
 @pytest.mark.skipif(not (BUNDLED / "model.safetensors").is_file(), reason="no bundled model in this tree")
-async def test_with_no_model_configured_the_bundled_model_writes_a_kernel(client: LanguageClient, tmp_path):
+async def test_with_no_model_configured_the_bundled_model_writes_a_kernel(client: LanguageClient, events, tmp_path):
     task = next(t for t in (render("activation", "one_per_thread", s) for s in range(200)) if t.split == "heldout")
-    configure(client, model="")
-    uri, _ = await open_problem(client, tmp_path, task.reference)
+    uri, _ = await open_problem(client, events, tmp_path, task.reference, model="")
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="dice.server.generate", arguments=[uri]))
     assert result["ok"] is True, result
-    [edit] = client.applied_edits
-    text = edit.edit.document_changes[1].edits[0].new_text
+    text = (tmp_path / "relu_dice.py").read_text()
     assert "class ModelNew(" in text and "__global__" in text and "load_inline(" in text
 
 
@@ -135,7 +161,7 @@ def two_source_skeleton(solution: str) -> str:
 @pytest.mark.asyncio
 @pytest.mark.skipif(not (BUNDLED / "model.safetensors").is_file(), reason="no bundled model in this tree")
 async def test_infill_of_a_skeleton_fills_its_todo_source_not_the_real_kernel_before_it(client: LanguageClient,
-                                                                                        tmp_path):
+                                                                                        events, tmp_path):
     task = next(t for t in (render("activation", "one_per_thread", s) for s in range(200)) if t.split == "heldout")
     (tmp_path / "problem.py").write_text(task.reference)
     skeleton = two_source_skeleton(task.solution)
@@ -143,11 +169,8 @@ async def test_infill_of_a_skeleton_fills_its_todo_source_not_the_real_kernel_be
     assert todo is not None and todo.source.variable != "scale_source" and len(parse(skeleton).splits) == 2
     path = tmp_path / "solution.py"
     path.write_text(skeleton)
-    configure(client, model="")
-    uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
-        uri=uri, language_id="python", version=1, text=skeleton)))
-    await asyncio.sleep(0.3)
+    uri = await events.opened(client, path)
+    await events.configure(client, device="cpu", model="")
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri), range=types.Range(types.Position(0, 0), types.Position(0, 0)),
         context=types.CodeActionContext(diagnostics=[])))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from dice_lsp import actions
-from dice_lsp.anatomy import infill_split, parse
+from dice_lsp import actions, session as session_module
+from dice_lsp.anatomy import find_reference, infill_split, parse
 from dice_lsp.engine import prompts
 from dice_lsp.generation import GenerationCancelled, GenerationError
 from dice_lsp.generation_messages import Decoded, Drafted, Loading
@@ -50,10 +51,23 @@ class RecordingEditor:
         self.published, self.cleared, self.shown, self.statuses = [], [], [], []
         self.progresses: list[RecordedProgress] = []
         self.edits: list[tuple[str, int, object, str]] = []
-        self.lens_refreshes = 0
+        self.documents: list[str] = []
+        self.view_refreshes = 0
+        self.changed = asyncio.Condition()
 
     def publish(self, snapshot) -> None:
         self.published.append(snapshot)
+        asyncio.ensure_future(self._notify())
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def publication(self, uri: str, version: int):
+        """The first snapshot published for `uri` at `version`, once it has been."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: any(s.uri == uri and s.version == version for s in self.published))
+        return next(s for s in self.published if s.uri == uri and s.version == version)
 
     def clear(self, uri: str) -> None:
         self.cleared.append(uri)
@@ -64,8 +78,8 @@ class RecordingEditor:
     def status(self, status) -> None:
         self.statuses.append(status)
 
-    def refresh_code_lenses(self) -> None:
-        self.lens_refreshes += 1
+    def refresh_views(self) -> None:
+        self.view_refreshes += 1
 
     async def configuration(self):
         return self.settings
@@ -77,6 +91,10 @@ class RecordingEditor:
     async def apply(self, uri, version, edit, label) -> Applied:
         self.edits.append((uri, version, edit, label))
         return Applied(True)
+
+    async def show_document(self, uri: str) -> bool:
+        self.documents.append(uri)
+        return True
 
 
 class ScriptedEngine:
@@ -101,31 +119,55 @@ class ScriptedEngine:
 
 
 class ScriptedChecks:
-    """The check runner, played: every check finishes at once with `report`."""
+    """The check runner, played: every check finishes at once with `report` (with None, only when cancelled)."""
 
-    def __init__(self, report: Report) -> None:
+    def __init__(self, report: Report | None) -> None:
         self.report = report
         self.started, self.prepared, self.cancelled = [], [], []
+        self.running = {}
 
     def prepare(self, settings) -> None:
         self.prepared.append(settings)
 
     def start(self, uri, reference, solution, settings, done) -> None:
         self.started.append((uri, reference, solution))
-        done(self.report)
+        if self.report is None:
+            self.running[uri] = done
+        else:
+            done(self.report)
 
     def cancel(self, uri: str) -> None:
         self.cancelled.append(uri)
+        if uri in self.running:
+            self.running.pop(uri)(Report(status="cancelled"))
 
     def close(self) -> None:
         pass
 
 
-async def session_with(settings: dict | None = None, engine=None, checks=None) -> tuple[Session, RecordingEditor]:
+class HeldEngine(ScriptedEngine):
+    """The engine's child, played: it decodes until cancelled, then answers as the real child does (a cancel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoding = threading.Event()
+        self.stopped = threading.Event()
+
+    def run(self, job, on_progress, cancelled):
+        self.jobs.append(job)
+        on_progress(Decoded(blocks=1, tokens=4, seconds=0.1))
+        self.decoding.set()
+        cancelled.wait()
+        self.stopped.set()
+        raise GenerationCancelled()
+
+
+async def session_with(settings: dict | None = None, engine=None, checks=None, options=None
+                       ) -> tuple[Session, RecordingEditor]:
     editor = RecordingEditor({"device": "cpu", **(settings or {})})
     session = Session(editor, checks=checks or ScriptedChecks(Report(status="correct")),
                       engine=engine or ScriptedEngine(), debounce_s=0.01)
-    await session.initialized()
+    await session.initialized(options)
     return session, editor
 
 
@@ -135,55 +177,112 @@ def write(tmp_path: Path, name: str, text: str) -> str:
     return path.as_uri()
 
 
+async def opened(session: Session, uri: str, text: str, version: int = 1) -> None:
+    session.open(uri, text, version)
+    await session.settled()
+
+
+async def until(predicate) -> None:
+    """Until `predicate()` holds, looking again each time the loop has run the callbacks scheduled meanwhile."""
+    while not predicate():
+        await asyncio.sleep(0)
+
+
 async def test_open_publishes_findings_and_typing_publishes_once_it_settles(tmp_path):
     session, editor = await session_with()
     text = (FILES / "honest_add_with_model.py").read_text()
     uri = write(tmp_path, "solution.py", text)
-    session.open(uri, text, 1)
-    [opened] = editor.published
-    assert opened.version == 1 and opened.anatomy.model_new is not None and opened.reference_problem is None
+    await opened(session, uri, text)
+    [first] = editor.published
+    assert first.version == 1 and first.anatomy.model_new is not None and first.reference_problem is None
     broken = text.replace("return self.elementwise_add.elementwise_add_cuda(a, b)", "return torch.add(a, b)")
     for version in (2, 3, 4):
         session.change(uri, broken, version)
-    assert len(editor.published) == 1  # nothing until typing pauses
-    await asyncio.sleep(0.2)
-    [_, settled] = editor.published
-    assert settled.version == 4 and "torch-fallback" in {f.code for f in settled.anatomy.findings}
+    settled = await editor.publication(uri, 4)
+    assert [s.version for s in editor.published] == [1, 4]  # the text is analysed once typing pauses
+    assert "torch-fallback" in {f.code for f in settled.anatomy.findings}
     session.close(uri)
     assert editor.cleared == [uri] and uri not in session.documents
 
 
-async def test_a_save_checks_the_file_and_its_report_lands(tmp_path):
+async def test_a_linked_reference_is_read_off_the_loop_while_other_files_are_answered(tmp_path, monkeypatch):
+    """A link may name anything (/dev/stdin, a FIFO, a hung network mount): while its read hangs, other files are
+    analysed and published, and the linked file's diagnostics come once it returns."""
+    release, readers = threading.Event(), []
+
+    def hung_pairing(anatomy, path):
+        if anatomy.reference_link is not None:
+            readers.append(threading.current_thread())
+            release.wait()
+        return find_reference(anatomy, path)
+
+    session, editor = await session_with()
+    monkeypatch.setattr(session_module, "find_reference", hung_pairing)
+    write(tmp_path, "relu.py", PROBLEM)
+    linked = write(tmp_path, "relu_dice.py", TWO_SOURCES)
+    session.open(linked, TWO_SOURCES, 1)
+    other = write(tmp_path, "solution.py", (FILES / "honest_add_with_model.py").read_text())
+    session.open(other, (FILES / "honest_add_with_model.py").read_text(), 1)
+    await editor.publication(other, 1)  # answered while the link's read hangs
+    assert session.snapshot(linked).anatomy.model_new is not None and [s.uri for s in editor.published] == [other]
+    assert readers and readers[0] is not threading.current_thread()
+    release.set()
+    linked_snapshot = await editor.publication(linked, 1)
+    assert linked_snapshot.reference_problem is None and session.documents[linked].pairing.text == PROBLEM
+
+
+async def test_a_save_checks_the_file_its_progress_ends_with_the_result_and_the_report_lands(tmp_path):
     report = Report(status="correct", speedup_eager=1.5)
     checks = ScriptedChecks(report)
     session, editor = await session_with({"trustedWorkspace": True}, checks=checks)
     write(tmp_path, "relu.py", PROBLEM)
     text = (FILES / "honest_add.py").read_text().replace("import torch", "# dice: reference = relu.py\nimport torch", 1)
     uri = write(tmp_path, "add_dice.py", text)
-    session.open(uri, text, 1)
+    await opened(session, uri, text)
     session.save(uri)
-    await asyncio.sleep(0)  # the finished check comes back on the loop
+    await session.settled()
+    await until(lambda: editor.view_refreshes)  # the finished check comes back on the loop
     [(checked, reference, solution)] = checks.started
     assert checked == uri and reference == PROBLEM and solution == text
     snapshot = session.snapshot(uri)
     assert snapshot.current_report is report and editor.published[-1].current_report is report
     assert [s.state for s in editor.statuses[-2:]] == ["checking", "idle"] and editor.statuses[-1].speedup == 1.5
-    assert editor.lens_refreshes == 1
+    [progress] = editor.progresses
+    assert progress.title == "Checking add_dice.py" and progress.ended
     session.change(uri, text + "\n", 2)
-    await asyncio.sleep(0.2)
+    await editor.publication(uri, 2)
     assert session.snapshot(uri).current_report is None  # a report is of the text it checked
 
 
-async def test_an_untrusted_workspace_checks_nothing_and_says_so_once(tmp_path):
+async def test_cancelling_a_checks_progress_cancels_the_check_and_says_idle(tmp_path):
+    checks = ScriptedChecks(None)  # runs until cancelled
+    session, editor = await session_with({"trustedWorkspace": True}, checks=checks)
+    text = (FILES / "honest_add_with_model.py").read_text()
+    uri = write(tmp_path, "solution.py", text)
+    await opened(session, uri, text)
+    assert (await session.benchmark(uri)).started is True
+    [progress] = editor.progresses
+    progress.cancelled = True  # the user pressed cancel on the progress
+    await until(lambda: checks.cancelled)
+    await until(lambda: editor.statuses[-1].state == "idle")
+    assert checks.cancelled == [uri] and editor.statuses[-1].message == "check cancelled" and progress.ended
+
+
+async def test_an_untrusted_workspace_checks_nothing_says_so_once_on_save_and_on_every_benchmark(tmp_path):
     checks = ScriptedChecks(Report(status="correct"))
     session, editor = await session_with(checks=checks)
     text = (FILES / "honest_add_with_model.py").read_text()
     uri = write(tmp_path, "solution.py", text)
-    session.open(uri, text, 1)
-    session.save(uri)
-    started = session.benchmark(uri)
-    assert started.started is False and "not trusted" in started.message
-    assert checks.started == [] and len([m for m in editor.shown if "not trusted" in m[1]]) == 1
+    await opened(session, uri, text)
+    for _ in range(2):
+        session.save(uri)
+    await session.settled()
+    assert len([m for m in editor.shown if "not trusted" in m[1]]) == 1
+    for clicks in (2, 3):
+        started = await session.benchmark(uri)
+        assert started.started is False and "not trusted" in started.message
+        assert len([m for m in editor.shown if "not trusted" in m[1]]) == clicks  # asked: it explains, each time
+    assert checks.started == []
 
 
 def fake_nvcc(folder: Path) -> Path:
@@ -199,39 +298,70 @@ async def test_cuda_home_is_the_one_toolkit_a_check_looks_for(tmp_path, monkeypa
     text = (FILES / "honest_add_with_model.py").read_text()
     uri = write(tmp_path, "solution.py", text)
     session, editor = await session_with({"trustedWorkspace": True, "cudaHome": str(tmp_path / "no-cuda")})
-    session.open(uri, text, 1)
-    assert session.benchmark(uri).message == "no nvcc"  # nvcc on PATH is not the toolkit the user named
+    await opened(session, uri, text)
+    assert (await session.benchmark(uri)).message == "no nvcc"  # nvcc on PATH is not the toolkit the user named
     assert "dice.cudaHome" in editor.shown[-1][1]
     session, _ = await session_with({"trustedWorkspace": True, "cudaHome": str(fake_nvcc(tmp_path / "cuda"))})
-    session.open(uri, text, 1)
-    assert session.benchmark(uri).started is True
+    await opened(session, uri, text)
+    assert (await session.benchmark(uri)).started is True
     assert "CUDA_HOME" not in os.environ or os.environ["CUDA_HOME"] != str(tmp_path / "cuda")  # no global side effect
+
+
+async def test_settings_come_from_initialization_options_under_what_the_editor_answers(tmp_path):
+    editor = RecordingEditor(None)  # a client that cannot be asked (no workspace/configuration)
+    session = Session(editor, checks=ScriptedChecks(Report(status="correct")), engine=ScriptedEngine())
+    await session.initialized({"dice": {"trustedWorkspace": True, "timingTrials": 7, "device": "gpu"}})
+    assert session.settings.trusted_workspace is True and session.settings.timing_trials == 7
+    assert session.settings.device == "auto"
+    [(severity, message)] = editor.shown
+    assert severity == "warning" and 'dice.device: expected "auto", "cpu", "cuda" or "cuda:N", got "gpu"' in message
+    # A pushed change (the client's didChangeConfiguration carries the section) lands over the options ...
+    await session.configuration_changed({"dice": {"timingTrials": 9, "device": "gpu"}})
+    assert session.settings.timing_trials == 9 and session.settings.trusted_workspace is True
+    assert len(editor.shown) == 1  # the same problem is not shown again
+    # ... and what the editor answers, when it can be asked, wins key by key.
+    editor.settings = {"timingTrials": 11}
+    await session.configuration_changed(None)
+    assert (session.settings.timing_trials, session.settings.device) == (11, "auto")
 
 
 async def test_code_actions_where_they_apply(tmp_path):
     session, _ = await session_with()
     problem = write(tmp_path, "relu.py", PROBLEM)
-    session.open(problem, PROBLEM, 1)
+    await opened(session, problem, PROBLEM)
     assert [o.command for o in session.offers(problem, PROBLEM.index("class Model"))] == [actions.GENERATE]
     skeleton = write(tmp_path, "skeleton.py", TWO_SOURCES)
-    session.open(skeleton, TWO_SOURCES, 1)
+    await opened(session, skeleton, TWO_SOURCES)
     assert [o.title for o in session.offers(skeleton, TWO_SOURCES.index("class ModelNew"))] == \
         ["Infill kernel core", "Benchmark now"]
 
 
-async def test_generate_writes_a_linked_solution_beside_the_problem(tmp_path):
+async def test_generate_writes_a_linked_solution_beside_the_problem_and_opens_it(tmp_path):
     session, editor = await session_with({"model": "some-model"})
     uri = write(tmp_path, "relu.py", PROBLEM)
-    session.open(uri, PROBLEM, 1)
+    await opened(session, uri, PROBLEM)
     answer = await session.generate(uri, infill=False)
-    assert answer.ok is True
-    [(_, _, edit, label)] = editor.edits
-    assert isinstance(edit, actions.NewFile) and edit.path == tmp_path / "relu_dice.py"
-    assert edit.text.startswith("# dice: reference = relu.py\n") and label == "Generating CUDA kernel"
+    solution = tmp_path / "relu_dice.py"
+    assert answer.ok is True and answer.message == f"wrote {solution}"
+    assert solution.read_text().startswith("# dice: reference = relu.py\n")  # on disk, not an unsaved buffer
+    assert editor.documents == [solution.as_uri()] and editor.edits == []
     [progress] = editor.progresses
     assert progress.reports == ["loading model some-model", "12 tokens, 3 blocks, 24 tok/s"] and progress.ended
     assert [s.state for s in editor.statuses[1:]] == ["generating", "loading-model", "generating", "idle"]
     assert editor.statuses[-1].model == "some-model"
+    # Again: the next name, never over the first
+    assert (await session.generate(uri, infill=False)).message == f"wrote {tmp_path / 'relu_dice2.py'}"
+    assert solution.read_text().startswith("# dice: reference = relu.py\n")
+
+
+async def test_a_new_file_is_never_written_over_what_appeared_at_its_name(tmp_path):
+    session, editor = await session_with()
+    uri = write(tmp_path, "relu.py", PROBLEM)
+    # A dangling link: the name looks free (nothing exists there to read) but a file made there would land elsewhere
+    (tmp_path / "relu_dice.py").symlink_to(tmp_path / "elsewhere.py")
+    answer = await session.generate(uri, infill=False)
+    assert answer.ok is False and "could not write" in answer.message and editor.shown[-1][0] == "error"
+    assert not (tmp_path / "elsewhere.py").exists() and editor.documents == []
 
 
 async def test_infill_fills_the_todo_source_when_the_first_is_a_real_kernel(tmp_path):
@@ -240,7 +370,7 @@ async def test_infill_fills_the_todo_source_when_the_first_is_a_real_kernel(tmp_
     session, editor = await session_with(engine=engine)
     write(tmp_path, "relu.py", PROBLEM)
     uri = write(tmp_path, "relu_dice.py", TWO_SOURCES)
-    session.open(uri, TWO_SOURCES, 7)
+    await opened(session, uri, TWO_SOURCES, 7)
     answer = await session.generate(uri, infill=True)
     assert answer.ok is True, answer
     [job] = engine.jobs
@@ -256,7 +386,7 @@ async def test_an_infill_that_does_not_fit_the_skeleton_is_an_answer_not_an_exce
     session, editor = await session_with(engine=ScriptedEngine(lambda job: "import torch\n" + job.skeleton))
     write(tmp_path, "relu.py", PROBLEM)
     uri = write(tmp_path, "relu_dice.py", TWO_SOURCES)
-    session.open(uri, TWO_SOURCES, 1)
+    await opened(session, uri, TWO_SOURCES)
     answer = await session.generate(uri, infill=True)
     assert answer.ok is False and "prefix and suffix" in answer.message
     assert editor.edits == [] and editor.shown[-1][0] == "warning" and "nothing changed" in editor.shown[-1][1]
@@ -265,7 +395,7 @@ async def test_an_infill_that_does_not_fit_the_skeleton_is_an_answer_not_an_exce
 async def test_infill_without_a_todo_source_says_so(tmp_path):
     session, editor = await session_with()
     uri = write(tmp_path, "relu.py", PROBLEM)
-    session.open(uri, PROBLEM, 1)
+    await opened(session, uri, PROBLEM)
     answer = await session.generate(uri, infill=True)
     assert answer.ok is False and "TODO CUDA source" in answer.message
 
@@ -273,7 +403,7 @@ async def test_infill_without_a_todo_source_says_so(tmp_path):
 async def test_generation_errors_are_shown_once_and_cancelling_changes_nothing(tmp_path):
     session, editor = await session_with(engine=ScriptedEngine(error=GenerationError("no checkpoint x", "model")))
     uri = write(tmp_path, "relu.py", PROBLEM)
-    session.open(uri, PROBLEM, 1)
+    await opened(session, uri, PROBLEM)
     for _ in range(2):
         answer = await session.generate(uri, infill=False)
         assert answer.ok is False and answer.message == "no checkpoint x"
@@ -281,13 +411,49 @@ async def test_generation_errors_are_shown_once_and_cancelling_changes_nothing(t
     assert editor.statuses[-1].state == "error"
     session.engine = ScriptedEngine(error=GenerationCancelled())
     assert (await session.generate(uri, infill=False)).message == "cancelled"
+    assert editor.statuses[-1].state == "idle" and editor.statuses[-1].message == "generation cancelled"
     assert editor.edits == [] and all(p.ended for p in editor.progresses)
+
+
+async def decoding(engine: HeldEngine, tmp_path: Path):
+    """A session generating for relu.py with `engine`, once decoding is under way: (session, editor, uri, request)."""
+    session, editor = await session_with(engine=engine)
+    uri = write(tmp_path, "relu.py", PROBLEM)
+    await opened(session, uri, PROBLEM)
+    request = asyncio.ensure_future(session.generate(uri, infill=False))
+    await asyncio.get_running_loop().run_in_executor(None, engine.decoding.wait)
+    return session, editor, uri, request
+
+
+async def test_a_cancelled_request_stops_decoding_before_it_answers_and_says_idle(tmp_path):
+    """$/cancelRequest cancels the command's task: decoding is told to stop, and the request ends (with the
+    protocol's cancel) only once the engine has stopped, so nothing decodes on after the answer."""
+    engine = HeldEngine()
+    session, editor, uri, request = await decoding(engine, tmp_path)
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    assert engine.stopped.is_set()  # the engine had stopped when the request ended
+    assert (editor.statuses[-1].state, editor.statuses[-1].message) == ("idle", "generation cancelled")
+    assert editor.progresses[-1].ended and editor.edits == []
+
+
+async def test_a_newer_generation_of_the_file_is_not_reported_idle_by_the_one_it_replaced(tmp_path):
+    engine = HeldEngine()
+    session, editor, uri, first = await decoding(engine, tmp_path)
+    engine.decoding.clear()
+    second = asyncio.ensure_future(session.generate(uri, infill=False))  # replaces the first: it is cancelled
+    assert (await first).message == "cancelled"
+    assert editor.statuses[-1].state == "generating"  # the second still runs: no idle from the first
+    await asyncio.get_running_loop().run_in_executor(None, engine.decoding.wait)
+    session.close(uri)  # cancels the second
+    assert (await second).message == "cancelled"
 
 
 async def test_a_model_that_writes_no_code_changes_no_file_of_the_user(tmp_path):
     session, editor = await session_with({"solutionLocation": "sameFile"}, engine=ScriptedEngine(lambda job: None))
     uri = write(tmp_path, "relu.py", PROBLEM)
-    session.open(uri, PROBLEM, 1)
+    await opened(session, uri, PROBLEM)
     answer = await session.generate(uri, infill=False)
     assert answer.ok is False and "no usable kernel" in answer.message and editor.edits == []
 
@@ -298,9 +464,12 @@ async def test_settings_reach_the_engine_job(tmp_path, location):
     session, editor = await session_with({"model": "m", "dtype": "float32", "decoding": {"steps": 2},
                                           "solutionLocation": location}, engine=engine)
     uri = write(tmp_path, "relu.py", PROBLEM)
-    session.open(uri, PROBLEM, 1)
+    await opened(session, uri, PROBLEM)
     await session.generate(uri, infill=False)
     [job] = engine.jobs
     assert (job.model, job.device, job.dtype, job.decoding.steps) == ("m", "cpu", "float32", 2)
-    [(_, _, edit, _)] = editor.edits
-    assert isinstance(edit, actions.Replace if location == "sameFile" else actions.NewFile)
+    if location == "sameFile":
+        [(_, _, edit, _)] = editor.edits
+        assert isinstance(edit, actions.Replace)
+    else:
+        assert editor.edits == [] and editor.documents == [(tmp_path / "relu_dice.py").as_uri()]
