@@ -1,10 +1,6 @@
 -- An independent LSP client for dice-lsp's end-to-end test: headless Neovim's own LSP implementation.
 -- Reads DICE_E2E_* environment variables, writes what it saw as JSON lines to DICE_E2E_OUT, then quits.
-local out = assert(io.open(os.getenv("DICE_E2E_OUT"), "w"))
-local function emit(kind, value)
-  out:write(vim.fn.json_encode({ kind = kind, value = value }) .. "\n")
-  out:flush()
-end
+local emit = dofile(vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":h") .. "/record.lua")
 
 local ok, err = pcall(function()
   local python = os.getenv("DICE_E2E_PYTHON")
@@ -16,8 +12,10 @@ local ok, err = pcall(function()
     name = "dice-lsp",
     cmd = { python, "-m", "dice_lsp" },
     root_dir = vim.fn.fnamemodify(deceptive, ":h"),
-    settings = { dice = { model = model, trustedWorkspace = false, device = "cpu",
-                          decoding = { maxNewTokens = 24, steps = 4 } } },
+    -- initializationOptions: Neovim 0.7 answers workspace/configuration but does not declare it, so the server
+    -- does not ask; the options are the settings every client can send
+    init_options = { dice = { model = model, trustedWorkspace = false, device = "cpu",
+                              decoding = { maxNewTokens = 24, steps = 4 } } },
   })
   assert(client_id, "the server did not start")
 
@@ -64,5 +62,5 @@ local ok, err = pcall(function()
 end)
 
 if not ok then emit("error", tostring(err)) end
-out:close()
+emit.close()
 vim.cmd("qa!")

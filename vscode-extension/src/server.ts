@@ -48,8 +48,9 @@ export function clientOptions(log: vscode.LogOutputChannel): LanguageClientOptio
 }
 
 /**
- * The server process over stdio. No `transport` is given on purpose: with `TransportKind.stdio` the client appends
- * `--stdio` to the arguments, which `python -m dice_lsp` does not take; without one it still talks over stdio.
+ * The server process over stdio. No `transport` is given: the client then talks over the process's stdio all the
+ * same, and the command line stays what `dice.serverArgs` says (`TransportKind.stdio` would append `--stdio`, which
+ * `python -m dice_lsp` accepts too).
  */
 export function serverOptions(launch: LaunchOptions, scope: vscode.Uri | undefined): ServerOptions {
     return {
