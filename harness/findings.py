@@ -38,7 +38,10 @@ def from_trials(trials: Sequence[TrialResult], reference_dtypes: Sequence[str], 
     return found
 
 
-def from_run(ran: Ran, options: Options, span: Span) -> list[Finding]:
+def from_run(ran: Ran, options: Options, span: Span, reference_mutates: Sequence[int] = ()) -> list[Finding]:
+    """What the solution's worker saw while the trials ran: precision switches, threads and processes started,
+    inputs written into (where the reference does not write into them), outputs that are no plain tensors, and
+    harness code changed under it."""
     found: list[Finding] = []
     before, after = ran.precision_before, ran.precision_after
     changed = [k for k in before if before.get(k) != after.get(k)]
@@ -47,8 +50,17 @@ def from_run(ran: Ran, options: Options, span: Span) -> list[Finding]:
         found.append(Finding("precision", f"the solution changes precision settings the reference runs with: {what}",
                              span, "warning"))
     if ran.threads:
-        found.append(Finding("thread", f"forward left threads running ({', '.join(ran.threads)}): work on another "
-                             "thread escapes the timer", span, "warning"))
+        found.append(threads(ran.threads, span))
+    written = [i for i in ran.mutated if i not in reference_mutates]
+    if written:
+        which = ", ".join(f"input {i}" for i in written)
+        found.append(Finding(INPUT_MUTATION, f"forward writes into its inputs ({which}), which the reference leaves "
+                             "as they were: a caller's tensors change under it, and an output that is its input "
+                             "saves the work of writing one", span, "warning"))
+    if ran.lazy:
+        found.append(lazy(f"forward returned {ran.lazy}", span))
+    if ran.tampered:
+        found.append(tampered(ran.tampered, span))
     return found
 
 
@@ -66,3 +78,124 @@ def timer_mismatch(timing: dict[str, Any], span: Span) -> Finding:
     return Finding("timer-mismatch", f"CUDA events say {timing['median_ms']:.3f} ms but a device-wide synchronize "
                    f"takes {timing['host_median_ms']:.3f} ms: work escapes the timed stream; speedups use host time",
                    span, "warning")
+
+
+INPUT_MUTATION, LAZY_OUTPUT, TIMED_MISMATCH, TIMING_UNSTABLE = ("input-mutation", "lazy-output", "timed-mismatch",
+                                                                "timing-unstable")
+TIMING_ERRORS = ("timer-patch", LAZY_OUTPUT, TIMED_MISMATCH)  # no speedup is given with one of these
+
+
+def threads(started: Sequence[str], span: Span) -> Finding:
+    return Finding("thread", f"the solution started threads or processes that were still running: "
+                   f"{'; '.join(started)}; work on them escapes the timer", span, "warning")
+
+
+def lazy(what: str, span: Span) -> Finding:
+    return Finding(LAZY_OUTPUT, f"{what}: outputs must be plain, materialised torch.Tensors (a subclass can compute "
+                   "its values when they are read, after the timer stopped); no speedup is given", span, "error")
+
+
+def tampered(names: Sequence[str], span: Span) -> Finding:
+    return Finding("timer-patch", f"the solution changed the harness's timing code or clocks in its worker "
+                   f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}); no speedup is given", span, "error")
+
+
+def outside_clock(problems: Sequence[str], span: Span) -> Finding:
+    return Finding("timer-patch", f"the solution's worker reported timings its caller's clock does not allow "
+                   f"({'; '.join(problems[:3])}); no speedup is given", span, "error")
+
+
+def timed_calls(results: Sequence[TrialResult], calls: Sequence[Any], span: Span) -> list[Finding]:
+    """A timed call whose outputs differ from the reference's on the same (fresh) inputs: forward does other work
+    when timed than when verified."""
+    wrong = [(r, c) for r, c in zip(results, calls) if not r.passed]
+    if not wrong:
+        return []
+    result, call = wrong[0]
+    why = result.note or f"max abs error {result.max_abs_error:.3g}{' at ' + result.where if result.where else ''}"
+    return [Finding(TIMED_MISMATCH, f"{len(wrong)} of {len(results)} timed calls checked afterwards differ from the "
+                    f"reference on the same inputs (round {call.round}, call {call.index}: {why}): forward does "
+                    "other work when timed than when verified; no speedup is given", span, "error")]
+
+
+def unstable_rounds(name: str, medians: Sequence[float], span: Span) -> Finding:
+    shown = ", ".join(f"{m:.4g}" for m in medians)
+    return Finding(TIMING_UNSTABLE, f"the {name} timing rounds disagree (medians {shown} ms): another job is likely "
+                   "using this machine, so the speedup is less certain than usual", span, "warning")
+
+
+MIX_SHARE = 0.05  # own kernels doing at least this part of the reference's work PyTorch did not: a mix
+
+
+def from_work(solution: Any, reference: Any, anatomy: Anatomy | None, text: str, span: Span,
+              cuda: bool) -> list[Finding]:
+    """Who did forward's work. With most of it in PyTorch's kernels (GPU) or operators (CPU): a mix, information,
+    when the reference's kernels PyTorch did not run here took time the solution's own kernels could plausibly have
+    spent doing them (at least MIX_SHARE of it: a cuBLAS matmul followed by the solution's own epilogue); else a
+    fallback, a warning on the line that calls PyTorch: the reference's work done by PyTorch, the solution's own
+    kernels only beside it (the issue's case: its kernel on a 32-element dummy, 1.5 % of the GPU time)."""
+    rows = solution.kernels if cuda else solution.operators
+    library = [r for r in rows if not r.own]
+    share = sum(r.share for r in library)
+    if not library or share <= 0.5:
+        return []
+    ours = {r.name for r in library}
+    uncovered = sum(r.time_us for r in (reference.kernels if cuda else reference.operators)
+                    if not r.own and r.name not in ours)
+    own = sum(r.time_us for r in rows if r.own)
+    kind, unit = ("kernels", "GPU") if cuda else ("operators", "CPU")
+    top = ", ".join(f"{r.name[:60]} {r.share:.1%}" for r in library[:3])
+    line = next((entry for entry in solution.lines if entry.line), None)
+    where = _line_span(text, line.line) if line is not None else span
+    at = f" (line {line.line})" if line is not None else ""
+    if uncovered > 0 and own >= MIX_SHARE * uncovered:
+        return [Finding("torch-fallback", f"PyTorch's {kind} take {share:.1%} of forward's {unit} time{at} ({top}), "
+                        f"the solution's own {1 - share:.1%}: a mix, fine when its own part replaces some of the "
+                        "reference's work (an epilogue fused after a library matmul)", where, "information")]
+    return [Finding("torch-fallback", f"PyTorch does the work{at}: its {kind} take {share:.1%} of forward's {unit} "
+                    f"time ({top}), the solution's own {1 - share:.1%}, too little to be doing any of the "
+                    "reference's work", where, "warning")]
+
+
+def from_streams(streams: int, span: Span) -> list[Finding]:
+    """Kernels on more than one CUDA stream during forward: the timer's events are recorded on one, so work on
+    another is not timed (the host clock catches it only when it outlasts the wait before the start event)."""
+    if streams <= 1:
+        return []
+    return [Finding("side-stream", f"forward's kernels ran on {streams} CUDA streams: work on a stream other than "
+                    "the current one escapes the timer's events", span, "warning")]
+
+
+def _line_span(text: str, line: int) -> Span:
+    """The span of line `line` (1-based) of `text`, without its indentation."""
+    lines = text.splitlines(keepends=True)
+    if not 1 <= line <= len(lines):
+        return Span(0, 0)
+    start = sum(len(item) for item in lines[:line - 1])
+    body = lines[line - 1].rstrip("\r\n")
+    indent = len(body) - len(body.lstrip())
+    return Span(start + indent, start + len(body))
+
+
+def reference_failure(error: str, traceback: str) -> str:
+    """A failed reference worker's error in words that say which part of the reference failed: its import (a syntax
+    error, a missing module, module-level code), or what ran after (get_inputs, Model, forward)."""
+    if error.startswith(("SyntaxError", "IndentationError", "TabError")):
+        return f"the reference has a syntax error: {error}"
+    frames = [line.strip() for line in traceback.splitlines() if line.strip().startswith("File ")]
+    inside = [frame for frame in frames if "reference.py" in frame]
+    if inside and inside[-1].endswith("in <module>"):
+        return f"importing the reference failed: {error}"
+    return f"the reference failed: {error}"
+
+
+def syntax_error(text: str) -> str:
+    """Where a file's Python does not parse ("line 3: invalid syntax"), or "" when it does: compiled here, never
+    run, so the report can name a syntax error before any worker imports the file."""
+    try:
+        compile(text, "reference.py", "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return f"line {error.lineno}: {error.msg}"
+    except ValueError as error:  # null bytes
+        return str(error)
+    return ""

@@ -1,16 +1,24 @@
-"""Inspect stage: what the solution's forward actually did at run time (kernels launched, threads, TF32 switches).
+"""Inspect stage: what the solution's forward actually did at run time (kernels launched, who did the work, threads
+and processes it started, TF32 switches).
 
 Profiler kernel names are mangled or demangled C++ names; a kernel of the solution is found by its function name.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import re
+import sys
 import threading
 from typing import Any, Callable
 
 import torch
-from torch.profiler import ProfilerActivity, profile  # loaded with torch itself: no cost of its own
+from torch.overrides import TorchFunctionMode
+from torch.autograd import DeviceType
+from torch.autograd.profiler import profile as autograd_profile
+from torch.autograd.profiler import record_function  # loaded with torch: no cost of its own
 
 
 def precision_state() -> dict[str, Any]:
@@ -31,32 +39,229 @@ def names_kernel(profiler_name: str, function: str) -> bool:
     return bool(re.search(rf"(?<!\d){len(function)}{name}", profiler_name))  # Itanium mangling: <length><name>
 
 
-def thread_ids() -> set[int | None]:
-    return {t.ident for t in threading.enumerate()}
+def thread_count() -> int:
+    """This process's threads now, as the kernel counts them (/proc/self/stat): every thread, however started
+    (`threading`, `_thread`, C++), cheap enough to read after every timed call."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[17])
+    except (OSError, IndexError, ValueError):
+        return threading.active_count()
 
 
-def new_threads_since(before: set[int | None]) -> list[str]:
-    """Names of threads started since `before` and still running (work hidden from the timer on another thread)."""
-    return [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as file:
+            return file.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
 
-def kernels(forward: Callable[[], Any], own: list[str], repeats: int = 3) -> list[dict[str, Any]]:
-    """Each GPU kernel's share of forward's device time, marking the solution's own kernels."""
+def _descendants() -> dict[int, str]:
+    """Live processes below this one (zombies left out), by pid, with their command lines."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _read(f"/proc/{entry}/stat")
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) >= 2 and fields[0] not in ("Z", "X"):
+            parents[int(entry)] = int(fields[1])
+    found, frontier = {}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = _read(f"/proc/{pid}/cmdline")[:80] or _read(f"/proc/{pid}/comm")
+                frontier.append(pid)
+    return found
+
+
+def census() -> dict[str, str]:
+    """Every thread of this process and every live process below it: "thread <tid>" / "process <pid>" to a name.
+
+    Read from /proc, so threads started with `_thread` or from C++ count as much as `threading`'s, and processes
+    that left their session (setsid, double fork) still count once this process is their subreaper (`baseline`)."""
+    python = {t.native_id: t.name for t in threading.enumerate()}
+    found = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        tids = []
+    for tid in tids:
+        name = python.get(int(tid)) or _read(f"/proc/self/task/{tid}/comm")
+        found[f"thread {tid}"] = name
+    found.update({f"process {pid}": command for pid, command in _descendants().items()})
+    return found
+
+
+def baseline(device: str) -> dict[str, str]:
+    """The census before any code of the candidate's runs, with torch's own threads already started: its
+    intra-op pool (a parallel reduction) and, for a GPU check, the CUDA context's. This process becomes the
+    subreaper of everything it starts, so an orphaned grandchild stays countable here."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+    torch.ones(1 << 20).sum()
+    if device != "cpu" and torch.cuda.is_available():
+        torch.empty(1, device="cuda" if device == "auto" else device)
+    return census()
+
+
+def started_since(before: dict[str, str], *seen: dict[str, str]) -> dict[str, str]:
+    """What the census has now that `before` (and every census in `seen`) did not."""
+    known = set(before).union(*seen)
+    return {key: name for key, name in census().items() if key not in known}
+
+
+LIBRARY_NAMESPACES = ("aten", "prim", "prims", "quantized", "mkldnn", "cudnn", "inductor", "triton")
+
+
+class _Lines(TorchFunctionMode):
+    """Every PyTorch call forward makes from Python, labelled as a profiler range ("dice::line:N") with the line of
+    `file` (the solution's) that made it: the library's share of the work then has a place in the file.
+    The mode is off inside its own handler, so only the outermost call of each is labelled."""
+
+    def __init__(self, file: str) -> None:
+        super().__init__()
+        self.file = file
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename != self.file:
+            frame = frame.f_back
+        with record_function(f"dice::line:{frame.f_lineno if frame is not None else 0}"):
+            return func(*args, **(kwargs or {}))
+
+
+def _library(name: str) -> bool:
+    return "::" in name and name.split("::", 1)[0] in LIBRARY_NAMESPACES
+
+
+def _line(event: Any) -> int:
+    """The solution's line a profiler event was called from (0: not from a line of its own: from C++)."""
+    while event is not None and not event.name.startswith("dice::forward"):
+        if event.name.startswith("dice::line:"):
+            return int(event.name.rsplit(":", 1)[1])
+        event = event.cpu_parent
+    return 0
+
+
+def _top_library_ops(events: list[Any]) -> list[Any]:
+    """The library operators forward called itself (from Python or from the extension's C++), not the operators
+    those called in turn."""
+    found = []
+    for event in events:
+        if not _library(event.name):
+            continue
+        parent, inner = event.cpu_parent, False
+        while parent is not None and parent.name != "dice::forward":
+            inner = inner or _library(parent.name)
+            parent = parent.cpu_parent
+        if parent is not None and not inner:
+            found.append(event)
+    return found
+
+
+def _profile(forward: Callable[[], Any], cuda: bool, repeats: int, file: str | None) -> list[Any]:
+    """The profiler's events over `repeats` forwards, each inside a "dice::forward" range; with `file`, every
+    PyTorch call labelled with its line there (`_Lines`, which costs host time of its own)."""
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    # torch.autograd's profiler, not torch.profiler's: the latter's start asks `hasattr(torch, "_inductor")`,
+    # which imports torch.compile's modules (2-4 s in a CPU worker, which never needs them)
+    with autograd_profile(use_cpu=True, use_device="cuda" if cuda else None) as prof:
+        for _ in range(repeats):
+            with record_function("dice::forward"), (_Lines(file) if file else contextlib.nullcontext()):
+                forward()
+        sync()
+    return prof
+
+
+def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.device,
+         repeats: int = 3) -> dict[str, Any]:
+    """Who did forward's work: on a GPU each kernel's share of its device time, the solution's own kernels marked
+    (`own`: their function names); on the CPU each PyTorch operator's share of its CPU time, the rest being the
+    solution's own code (its extension's C++ and its Python). `lines`: the library's time by the line of `file`
+    that called it (0: called from C++). Shares are of forward's time over `repeats` profiled forwards; on the CPU
+    the lines come from a second pass, so that labelling them adds nothing to the shares' own-code time."""
+    cuda = device.type == "cuda"
     with torch.no_grad():
         forward()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(repeats):
-                forward()
+        if cuda:
             torch.cuda.synchronize()
+        prof = _profile(forward, cuda, repeats, file if cuda else None)
+        labelled = prof if cuda else _profile(forward, cuda, repeats, file)
+    events = list(labelled.function_events)
+    rows = _kernel_rows(prof, own, repeats) if cuda else _operator_rows(list(prof.function_events), repeats)
+    lines: dict[int, dict[str, Any]] = {}
+    if cuda:
+        for event in events:
+            if event.name.startswith("dice::line:") and event.device_time_total > 0:
+                entry = lines.setdefault(_line(event), {"time_us": 0.0, "names": set()})
+                entry["time_us"] += event.device_time_total / repeats
+                entry["names"].update(_kernel_names(event))
+        total = sum(r["time_us"] for r in rows)
+    else:
+        for event in _top_library_ops(events):
+            entry = lines.setdefault(_line(event), {"time_us": 0.0, "names": set()})
+            entry["time_us"] += event.cpu_time_total / repeats
+            entry["names"].add(event.name)
+        total = sum(e.cpu_time_total for e in events if e.name == "dice::forward") / repeats
+    calls = [{"line": line, "names": tuple(sorted(entry["names"])), "time_us": entry["time_us"],
+              "share": entry["time_us"] / (total or 1.0)} for line, entry in lines.items()]
+    calls.sort(key=lambda c: -c["time_us"])
+    return {"rows": rows, "lines": calls, "own_share": sum(r["share"] for r in rows if r["own"]),
+            "streams": _streams(list(prof.function_events)) if cuda else 0}
+
+
+def _streams(events: list[Any]) -> int:
+    """How many CUDA streams forward's kernels ran on (copies and fills left out): the timer's events see one."""
+    found = set()
+    for event in events:
+        if getattr(event, "device_type", None) != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+            continue
+        found.add(getattr(event, "device_resource_id", None))
+    return len(found)
+
+
+def _kernel_names(event: Any) -> set[str]:
+    names = {kernel.name for kernel in getattr(event, "kernels", ())}
+    for child in event.cpu_children:
+        names |= _kernel_names(child)
+    return names
+
+
+def _kernel_rows(prof: Any, own: list[str], repeats: int) -> list[dict[str, Any]]:
+    """Each GPU kernel's share of forward's device time, marking the solution's own kernels."""
     rows = []
     for event in prof.key_averages():
         time_us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "self_cuda_time_total", 0.0))
-        if time_us <= 0:
+        if time_us <= 0 or event.key.startswith("dice::"):
             continue
         match = next((name for name in own if names_kernel(event.key, name)), None)
         rows.append({"name": match or event.key, "time_us": time_us / repeats, "launches": event.count // repeats,
                      "own": match is not None})
+    return _shares(rows)
+
+
+def _operator_rows(events: list[Any], repeats: int) -> list[dict[str, Any]]:
+    """On the CPU: each library operator forward called (itself or from its extension), and one row for the rest of
+    forward's time, the solution's own code."""
+    total = sum(e.cpu_time_total for e in events if e.name == "dice::forward") / repeats
+    rows: dict[str, dict[str, Any]] = {}
+    for event in _top_library_ops(events):
+        row = rows.setdefault(event.name, {"name": event.name, "time_us": 0.0, "launches": 0, "own": False})
+        row["time_us"] += event.cpu_time_total / repeats
+        row["launches"] += 1
+    library = sum(r["time_us"] for r in rows.values())
+    for row in rows.values():
+        row["launches"] = row["launches"] // repeats
+    own = {"name": "forward's own code", "time_us": max(total - library, 0.0), "launches": 1, "own": True}
+    return _shares([own, *rows.values()])
+
+
+def _shares(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     total = sum(r["time_us"] for r in rows) or 1.0
     for row in rows:
         row["share"] = row["time_us"] / total

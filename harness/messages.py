@@ -107,11 +107,15 @@ class Ran(Reply):
     tag: ClassVar[str] = "ran"
     device: str
     changed_tensors: int
-    threads: tuple[str, ...]  # threads forward started and left running
+    threads: tuple[str, ...]  # threads and processes the solution started and left running, and when
     precision_before: dict[str, Any]
     precision_after: dict[str, Any]
     outputs: str  # "shared" | "file"
     inputs: str  # "shared" | "file"
+    mutated: tuple[int, ...] = ()  # the inputs (by position) forward wrote into
+    lazy: str = ""  # why an output was not a plain, materialised tensor ("" when all were)
+    tampered: tuple[str, ...] = ()  # harness code or clocks bound differently since the worker started
+    bases: int = 0  # trials' inputs kept for the timed calls to mix
 
 
 @dataclass(frozen=True)
@@ -143,12 +147,51 @@ class Compared(Reply):
     trials: tuple[TrialResult, ...] = ()
     reference_norm: float = 0.0
     unshared: str = ""
+    unstable: str = ""  # how the reference disagreed with itself on the same inputs ("" when it did not)
+    mutates: tuple[int, ...] = ()  # the inputs (by position) the reference itself writes into
+
+
+@dataclass(frozen=True)
+class TimedCall:
+    """One timed call whose outputs were kept: its round, its place in the round, and its inputs as
+    `timing.call_inputs` makes them (two trials' inputs by index, a lerp weight per floating tensor)."""
+
+    round: int
+    index: int
+    first: int
+    second: int
+    weights: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Handed(Reply):
+    """The kept timed calls' outputs wait for the reference worker, "shared" by CUDA IPC or in a "file"."""
+
+    tag: ClassVar[str] = "handed"
+    outputs: str
+    calls: tuple[TimedCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class LibraryLine:
+    """PyTorch's part of forward's time from one line of the solution's file (0: called from C++)."""
+
+    line: int
+    names: tuple[str, ...]  # the kernels (GPU) or operators (CPU)
+    time_us: float
+    share: float
 
 
 @dataclass(frozen=True)
 class Inspected(Reply):
+    """Who did forward's work: GPU kernels, or on the CPU operators (the solution's own code as one row)."""
+
     tag: ClassVar[str] = "inspected"
     kernels: tuple[KernelShare, ...]
+    operators: tuple[KernelShare, ...] = ()
+    lines: tuple[LibraryLine, ...] = ()
+    own_share: float = 0.0
+    streams: int = 0  # CUDA streams forward's kernels ran on
 
 
 @dataclass(frozen=True)
@@ -166,6 +209,9 @@ class TimedRound:
     samples: tuple[float, ...]
     host_samples: tuple[float, ...]
     placements: int = 1
+    starts: tuple[float, ...] = ()  # each timed call's host-clock start (CLOCK_MONOTONIC seconds)
+    loop_start: float = 0.0  # the host clock when the round began and ended (`samples.outside_clock`)
+    loop_end: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -175,6 +221,10 @@ class Timed(Reply):
     tf32: bool
     cudnn_tf32: bool
     matmul_precision: str
+    kept: tuple[TimedCall, ...] = ()  # the calls of this round whose outputs the solution's worker keeps
+    lazy: str = ""  # why a timed call's output was not a plain, materialised tensor
+    threads: tuple[str, ...] = ()  # threads and processes started while timed
+    tampered: tuple[str, ...] = ()
 
 
 # -- caller -> worker ----------------------------------------------------------------------------------------------
@@ -259,9 +309,32 @@ class SaveOutputs(Command):
 
 @dataclass(frozen=True)
 class Compare(Command):
+    """Reference side: compare the trials' outputs (and, once a worker, run the reference twice on the same
+    inputs: does it agree with itself, which inputs does it write into)."""
+
     tag: ClassVar[str] = "compare"
     answer: ClassVar[type[Reply]] = Compared
     exchange: str
+
+
+@dataclass(frozen=True)
+class HandTimed(Command):
+    """Solution side: hand the kept timed calls' outputs over into `exchange` (by CUDA IPC when `share`)."""
+
+    tag: ClassVar[str] = "hand-timed"
+    answer: ClassVar[type[Reply]] = Handed
+    exchange: str
+    share: bool = False
+
+
+@dataclass(frozen=True)
+class CompareTimed(Command):
+    """Reference side: run the reference on each kept timed call's inputs and compare the outputs handed over."""
+
+    tag: ClassVar[str] = "compare-timed"
+    answer: ClassVar[type[Reply]] = Compared
+    exchange: str
+    calls: tuple[TimedCall, ...]
 
 
 @dataclass(frozen=True)
@@ -273,23 +346,30 @@ class Inspect(Command):
 
 @dataclass(frozen=True)
 class Time(Command):
-    """One timing round of forward on the first trial's inputs; None: the options' value."""
+    """One timing round of forward; None: the options' value. `trials` is exactly how many calls are timed (the
+    caller holds the reply to it); `fresh`: every call gets inputs of values no call has had; `watch` (the
+    solution): check every output, count threads, keep `keep` calls' outputs; `threads`: the CPU's intra-op
+    threads for both sides (0: as they are)."""
 
     tag: ClassVar[str] = "time"
     answer: ClassVar[type[Reply]] = Timed
     compiled: bool = False  # the reference under torch.compile
     trials: int | None = None
     warmup: int | None = None
-    budget_s: float | None = None
     warm_s: float = 0.0
     round: int = 0
     check: str | None = None  # the check this round belongs to: its inputs are copied once a check
+    fresh: bool = False
+    watch: bool = False
+    keep: int = 0
+    threads: int = 0
 
 
 COMMANDS: dict[str, type[Command]] = {c.tag: c for c in (Build, Prepare, Compile, BuildAnswer, MakeReference,
-                                                         RunSolution, SaveOutputs, Compare, Inspect, Time)}
+                                                         RunSolution, SaveOutputs, Compare, Inspect, Time, HandTimed,
+                                                         CompareTimed)}
 REPLIES: dict[str, type[Reply]] = {r.tag: r for r in (Failed, Built, Prepared, BuildRequest, Compiled, ReferenceMade,
-                                                       Ran, OutputsSaved, Compared, Inspected, Timed)}
+                                                       Ran, OutputsSaved, Compared, Inspected, Timed, Handed)}
 
 
 # -- the wire ------------------------------------------------------------------------------------------------------

@@ -20,15 +20,15 @@ from typing import Any, Callable
 from dice_lsp.anatomy import parse
 from dice_lsp.anatomy.types import Anatomy, Finding, Span
 
-from dice_lsp.harness import diagnostics, findings, process, samples
+from dice_lsp.harness import diagnostics, findings, process, rounds
 from dice_lsp.harness.build import Extension
 from dice_lsp.harness.cache import clean_stale_locks
 from dice_lsp.harness.errors import HarnessError
-from dice_lsp.harness.messages import (Build, Command, Compare, Failed, Inspect, MakeReference, Ran, Reply,
-                                       RunSolution, SaveOutputs, Time)
+from dice_lsp.harness.messages import (Build, Command, Compare, Failed, Inspect, MakeReference, Reply, RunSolution,
+                                       SaveOutputs)
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.process import WorkerPool
-from dice_lsp.harness.report import Report, Stage, Timing, Trial
+from dice_lsp.harness.report import Report, Stage, Trial
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ class _Check:
         self.key: tuple = ()
         self.kept: process.KeptReference | None = None  # this check's reference worker and exchange directory
         self.token = uuid.uuid4().hex  # tells a kept reference worker that a new check's timing begins
+        self.timed_calls: list = []  # the solution's timed calls whose outputs its worker kept (rounds.py)
+        self.awaiting_timed: tuple = ()  # those sent to the reference worker, its answer not read yet
 
     def stage(self, name: str, started: float, status: str = "ok", detail: str = "") -> None:
         self.stages.append(Stage(name, status, round(time.perf_counter() - started, 4), detail))
@@ -93,7 +95,7 @@ class _Check:
             self.stages.append(Stage(stage, "timed-out"))
             return self.report("timed-out", str(error), log=error.log)
         if stage == "reference":
-            return self.report("invalid", f"the reference failed: {error}", log=error.log)
+            return self.report("invalid", findings.reference_failure(str(error), error.log), log=error.log)
         self.findings.append(Finding("crash", f"the solution crashed during {stage}: {error}", self.forward_span(),
                                      "error"))
         return self.report("crashed", str(error), log=error.log)
@@ -128,6 +130,9 @@ class _Check:
             self.fields["static_findings"] = self.anatomy.findings
             if not self.anatomy.is_solution:
                 return self.report("invalid", "the solution defines no class ModelNew")
+        syntax = findings.syntax_error(self.reference)
+        if syntax:
+            return self.report("invalid", f"the reference has a syntax error: {syntax}")
         if reference_anatomy is not None and not reference_anatomy.is_reference:
             return self.report("invalid", "the reference defines no class Model")
         self.stage("parse", started)
@@ -193,7 +198,7 @@ class _Check:
             ref = self.receive(reference, "reference", options.run_timeout)
         if isinstance(ref, Failed):
             self.stage("reference", started, "failed", ref.error)
-            return self.report("invalid", f"the reference failed: {ref.error}", log=ref.traceback)
+            return self.report("invalid", findings.reference_failure(ref.error, ref.traceback), log=ref.traceback)
         self.kept.reply = ref
         self.stage("reference", started, detail="kept from the last check of this reference" if reused else "")
         self.fields.update(device=ref.device, tf32=ref.tf32, cudnn_tf32=ref.cudnn_tf32)
@@ -234,100 +239,68 @@ class _Check:
         if isinstance(compared, Failed):
             reference.kill()  # its state is unknown now: never kept for another check
             raise HarnessError(compared.error, "died", compared.traceback)
+        if compared.unstable:  # no solution can match a target that moves: the reference's problem, not its
+            self.stage("verify", started, "failed", "the reference disagrees with itself")
+            return self.report("invalid", f"the reference disagrees with itself on the same inputs: "
+                               f"{compared.unstable}; make its forward deterministic (no random values, no state "
+                               "kept between calls)")
         trials = tuple(Trial(**{f.name: getattr(t, f.name) for f in dataclasses.fields(Trial)})
                        for t in compared.trials)
         self.fields["trials"] = trials
         self.findings.extend(findings.from_trials(compared.trials, reference_dtypes, options, self.forward_span()))
-        self.findings.extend(findings.from_run(ran, options, self.forward_span()))
+        self.findings.extend(findings.from_run(ran, options, self.forward_span(), compared.mutates))
         tiny = next((f for f in self.findings if f.code == "tiny-output"), None)
         correct = all(t.passed for t in trials) and tiny is None
         self.stage("verify", started, "ok" if correct else "failed", handed)
 
         if not correct:  # which of its kernels ran says why, often; nothing is timed
-            self.inspect(solution, ran)
+            self.inspect(reference, solution)
             if tiny is not None and all(t.passed for t in trials):
                 return self.report("mismatch", tiny.message)
             failed = next(t for t in trials if not t.passed)
             where = f" at {failed.where}" if failed.where else ""
             message = failed.note or f"max abs error {failed.max_abs_error:.3g}{where} (seed {failed.seed})"
             return self.report("mismatch", message)
+        wrong: list[Finding] = []
         if options.baseline != "none" or options.timing_trials > 0:
-            crashed = self.time(reference, solution)
+            crashed = rounds.time_sides(self, reference, solution)
             if crashed is not None:
                 return crashed
-        self.inspect(solution, ran)  # after timing: the profiler's hooks stay in the process and slow launches
-        return self.report("correct")
+            handed_wrong = rounds.check_timed_calls(self, reference, solution, exchange)
+            wrong = [handed_wrong] if handed_wrong is not None else []
+        # After timing (the profiler's hooks stay in the process and slow launches), while the reference worker
+        # compares the timed calls' outputs
+        self.inspect(reference, solution, lambda: wrong.extend(rounds.finish_timed_calls(self, reference)))
+        self.findings.extend(wrong)
+        if rounds.faked(self):
+            self.fields.pop("speedup_eager", None)
+            self.fields.pop("speedup_compile", None)
+        mismatch = next((f for f in wrong if f.code == findings.TIMED_MISMATCH), None)
+        return self.report("mismatch", mismatch.message) if mismatch else self.report("correct")
 
-    def inspect(self, solution: process.Worker, ran: Ran) -> None:
-        """Which kernels ran during forward (profiler names against anatomy's), each one's share of GPU time."""
-        if ran.device == "cpu":
-            return
+    def inspect(self, reference: process.Worker, solution: process.Worker,
+                meanwhile: Callable[[], None] = lambda: None) -> None:
+        """Who did forward's work: which kernels ran (profiler names against anatomy's) and each one's share of GPU
+        time, or on the CPU each PyTorch operator's share; held against the reference's own kernels or operators
+        (a fallback runs the reference's). `meanwhile` runs between sending the commands and reading the replies."""
         started = time.perf_counter()
         kernels = tuple(k.name for k in self.anatomy.kernels) if self.anatomy else ()
-        seen = self.call(solution, Inspect(kernels=kernels), "inspect", self.options.run_timeout)
-        if isinstance(seen, Failed):
-            self.stage("inspect", started, "failed", seen.error)
+        solution.send(Inspect(kernels=kernels))
+        reference.send(Inspect())
+        meanwhile()
+        seen = self.receive(solution, "inspect", self.options.run_timeout)
+        theirs = self.receive(reference, "inspect", self.options.run_timeout)
+        failed = next((r for r in (seen, theirs) if isinstance(r, Failed)), None)
+        if failed is not None:
+            self.stage("inspect", started, "failed", failed.error)
             return
-        self.fields["kernels"] = seen.kernels
-        self.findings.extend(findings.from_kernels(seen.kernels, self.anatomy))
+        cuda = self.fields.get("device", "cpu") != "cpu"
+        if cuda:
+            self.fields["kernels"] = seen.kernels
+            self.findings.extend(findings.from_kernels(seen.kernels, self.anatomy))
+            self.findings.extend(findings.from_streams(seen.streams, self.forward_span()))
+        self.findings.extend(findings.from_work(seen, theirs, self.anatomy, self.solution, self.forward_span(), cuda))
         self.stage("inspect", started)
-
-    def time(self, reference: process.Worker, solution: process.Worker) -> Report | None:
-        """Time every side; None when the solution was timed, a report when it crashed while timed.
-
-        The sides take turns over `timing_rounds` rounds, in alternating order, and each side's samples are pooled:
-        on the H200 the eager and solution medians of one microsecond kernel, timed one after the other, gave
-        speedups from 0.53x to 1.99x over five re-checks, the GPU clock ramping between the two."""
-        options = self.options
-        started = time.perf_counter()
-        sides = [("eager", reference, False)] if options.baseline in ("eager", "both") else []
-        sides.append(("solution", solution, False))
-        if options.baseline in ("compile", "both"):
-            sides.append(("compile", reference, True))
-        rounds = max(1, options.timing_rounds)
-        trials, budget_s = -(-options.timing_trials // rounds), options.timing_budget_s / rounds
-        parts: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}
-        failed: set[str] = set()
-        with self.pool.quiet():  # no spare warms up beside a timed forward
-            for turn in range(rounds):
-                # Later rounds follow other sides' forwards on a GPU at full clock: one forward, or a quarter of the
-                # first round's warm-up time, brings the side back (at 5 ms a forward, each extra warm-up forward
-                # costs a quarter of a percent of a 2 s re-check)
-                warmup = options.warmup_trials if turn == 0 else 1
-                warm_s = options.warmup_s if turn == 0 else options.warmup_s / 4
-                for name, worker, compiled in sides if turn % 2 == 0 else sides[::-1]:
-                    if name in failed:
-                        continue
-                    command = Time(compiled=compiled, trials=trials, warmup=warmup, budget_s=budget_s,
-                                   warm_s=warm_s, round=turn, check=self.token)
-                    answer = self.call(worker, command, "time", options.run_timeout)
-                    if isinstance(answer, Failed):
-                        if name == "solution":
-                            self.findings.append(Finding("crash", f"forward raised {answer.error} while timed",
-                                                         self.forward_span(), "error"))
-                            self.stage("time", started, "failed", answer.error)
-                            return self.report("crashed", answer.error, log=answer.traceback)
-                        self.stage("time", started, "failed", f"{name}: {answer.error}")
-                        failed.add(name)
-                        continue
-                    parts[name].append(dataclasses.asdict(answer.timing))
-        raw = {name: samples.pool(part, options.timing_trials) for name, part in parts.items()
-               if part and name not in failed}
-        for timing in raw.values():
-            timing["disagrees"] = samples.timer_disagrees(timing, options.timer_tolerance)
-        timings = {k: Timing(**{f: v[f] for f in Timing.__dataclass_fields__}) for k, v in raw.items()}
-        self.fields["timings"] = timings
-        escaped = any(v.get("disagrees") for v in raw.values())
-        if raw.get("solution", {}).get("disagrees"):
-            self.findings.append(findings.timer_mismatch(raw["solution"], self.forward_span()))
-        clock = "host_median_ms" if escaped else "median_ms"
-        solution_ms = raw["solution"][clock] if "solution" in raw else None
-        for name, field_name in (("eager", "speedup_eager"), ("compile", "speedup_compile")):
-            if name in raw and solution_ms:
-                self.fields[field_name] = raw[name][clock] / solution_ms
-        if not any(s.name == "time" for s in self.stages):
-            self.stage("time", started)
-        return None
 
 
 def check(reference: str, solution: str, options: Options | None = None,

@@ -77,6 +77,7 @@ class Timing:
     rounds_left_out: int = 0  # rounds far slower than the others, left out of the median (samples.pool)
     slow_fraction: float = 0.0  # share of samples over twice the median (stalls, launches the timer caught)
     placements: int = 1  # copies of the inputs at different addresses, timed in turn (timing.placements)
+    checked: int = 0  # timed calls whose outputs were compared with the reference's afterwards (rounds.py)
 
 
 @dataclass(frozen=True)

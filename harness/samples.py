@@ -1,10 +1,12 @@
-"""Timing samples pooled over rounds: median, spread and the host-clock cross-check of one side's forward.
+"""Timing samples pooled over rounds, how many trials each round gets, and what the caller's own clock allows.
 
-No torch here: the caller pools what the workers measured, round by round, without importing it.
+No torch here: the caller plans the rounds, checks each round against its own clock and pools what the workers
+measured, without importing it.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -16,31 +18,57 @@ def summary(samples: list[float]) -> dict[str, float]:
             "max_ms": ordered[-1]}
 
 
+def round_trials(trials: int, rounds: int, budget_s: float, median_ms: float | None) -> int:
+    """How many timed forwards the next round of one side gets, agreed before it runs (the caller checks the count):
+    the round's share of `trials`, and for a short forward more, up to ten times that, while the round's share of
+    `budget_s` lasts at the median measured so far (None: the side's first round, which gets the share alone)."""
+    share = max(1, -(-trials // max(rounds, 1)))
+    if not median_ms or median_ms <= 0:
+        return share
+    wanted = math.ceil(budget_s / max(rounds, 1) * 1e3 / median_ms)
+    return max(share, min(10 * share, wanted))
+
+
 ROUND_OUTLIER = 0.25  # a round whose median is this much above the middle of the side's round medians is left out
+ROUND_DISAGREE = 0.25  # rounds kept whose medians differ by more than this (fastest to slowest) make a warning
+ROUND_POINTS = 100  # each round kept stands in the pooled samples as this many of its quantiles
+
+
+def _points(samples: list[float], count: int = ROUND_POINTS) -> list[float]:
+    """`count` evenly spaced quantiles of `samples` (nearest rank): a round's distribution at a fixed weight."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    return [ordered[min(n - 1, int((i + 0.5) * n / count))] for i in range(count)]
 
 
 def pool(rounds: list[dict[str, Any]], minimum: int = 0) -> dict[str, Any]:
-    """One side's timing from its rounds (each as `timing.measure` returns it): statistics over their samples.
+    """One side's timing from its rounds (each as `timing.measure` returns it).
+
+    Each round kept weighs the same: it stands in the pool as ROUND_POINTS of its quantiles, whatever its sample
+    count, so a round that got more trials (a short forward in a quiet moment) does not outweigh the others.
 
     A round whose median is more than ROUND_OUTLIER above the median of the round medians is left out, while the
     rounds kept still hold `minimum` samples: on the H200 the first round of a new solution worker sometimes came out
     3-4x slow as a whole (17.4 and 19.5 us round medians against 4.8-5.0 us in the other rounds of the same checks,
     through a 50 ms warm-up), which moved a 5 us kernel's speedup by up to 3 %. Only slow rounds go (a side can only
-    look slower for what is left in), the round medians are all reported, and so is how many were left out."""
+    look slower for what is left in), the round medians are all reported, and so is how many were left out.
+    `disagree` says the rounds kept still differ by more than ROUND_DISAGREE: the machine was busy, most likely."""
     medians = [statistics.median(p["samples"]) for p in rounds]
     middle = statistics.median(medians)
     kept = [p for p, m in zip(rounds, medians) if m <= middle * (1 + ROUND_OUTLIER)]
     if sum(len(p["samples"]) for p in kept) < minimum:
         kept = rounds
-    samples = [s for part in kept for s in part["samples"]]
-    host = [s for part in kept for s in part["host_samples"]]
-    stats = summary(samples)
+    pooled = [s for part in kept for s in _points(part["samples"])]
+    host = [s for part in kept for s in _points(part["host_samples"])]
+    stats = summary(pooled)
     every = [s for part in rounds for s in part["samples"]]
-    return {**stats, "trials": len(samples), "host_median_ms": statistics.median(host),
+    kept_medians = [statistics.median(p["samples"]) for p in kept]
+    return {**stats, "trials": sum(len(p["samples"]) for p in kept), "host_median_ms": statistics.median(host),
             "clock": rounds[0]["clock"], "overhead_ms": statistics.median(p["overhead_ms"] for p in rounds),
             "rounds": len(rounds), "round_medians_ms": tuple(medians), "rounds_left_out": len(rounds) - len(kept),
             "slow_fraction": sum(s > 2 * stats["median_ms"] for s in every) / len(every),
-            "placements": min(p.get("placements", 1) for p in rounds)}
+            "placements": min(p.get("placements", 1) for p in rounds),
+            "disagree": max(kept_medians) > min(kept_medians) * (1 + ROUND_DISAGREE)}
 
 
 def timer_disagrees(timing: dict[str, Any], tolerance: float) -> bool:
@@ -49,3 +77,55 @@ def timer_disagrees(timing: dict[str, Any], tolerance: float) -> bool:
         return False
     host = timing["host_median_ms"] - timing.get("overhead_ms", 0.0)
     return host > timing["median_ms"] * (1 + tolerance) + 0.05
+
+
+CLOCK_EPSILON_S = 1e-4  # readings of one clock in two processes: slack for the conversions only
+GAP_FACTOR, GAP_FLOOR_MS = 3.0, 0.2  # a solution's median time between timed calls may be this much over eager's
+
+
+def outside_clock(part: dict[str, Any], agreed: int, sent: float, received: float) -> list[str]:
+    """What the caller's clock says against one round of the solution's timing: empty when they agree.
+
+    The worker reads `time.perf_counter`, which is CLOCK_MONOTONIC, the same clock as the caller's: so every reading
+    it reports must fall between the caller's send of the command and its receipt of the reply, in order, and the
+    round must hold exactly the forwards agreed. A candidate that slows, offsets or replaces the worker's clock, or
+    answers with numbers of its own, reports readings the caller's clock does not allow."""
+    problems = []
+    starts, samples = list(part.get("starts", ())), list(part["samples"])
+    if len(samples) != agreed or len(starts) != agreed:
+        problems.append(f"{len(samples)} timed forwards reported, {agreed} agreed")
+    first, last = part.get("loop_start", 0.0), part.get("loop_end", 0.0)
+    inside = [first, *starts, last]
+    if not sent - CLOCK_EPSILON_S <= first <= last <= received + CLOCK_EPSILON_S:
+        problems.append(f"its clock read {first:.6f}-{last:.6f} s during a command the caller's clock saw run "
+                        f"{sent:.6f}-{received:.6f} s")
+    elif any(b < a - CLOCK_EPSILON_S for a, b in zip(inside, inside[1:])):
+        problems.append("its readings go backwards")
+    host = part.get("host_samples", samples) if part.get("clock") == "cuda-events" else samples
+    if sum(host) > (last - first) * 1e3 + CLOCK_EPSILON_S * 1e3:
+        problems.append(f"its {len(host)} timed forwards add up to {sum(host):.3f} ms in a loop of "
+                        f"{(last - first) * 1e3:.3f} ms")
+    return problems
+
+
+def gaps_ms(part: dict[str, Any]) -> list[float]:
+    """The time between one timed call's end and the next one's start, from a round's own readings."""
+    starts, samples = part.get("starts", ()), part["samples"]
+    return [(b - a) * 1e3 - s for a, b, s in zip(starts, starts[1:], samples)]
+
+
+def hidden_time(solution: list[dict[str, Any]], eager: list[dict[str, Any]]) -> str:
+    """On the host clock (CPU timing), time the solution's readings leave between its timed calls, against eager's
+    on the same inputs: a clock that stops inside forward and catches up after it keeps the loop's span right, and
+    moves forward's time into the gaps. Empty when the gaps agree (or there is nothing to compare)."""
+    if not solution or not eager or solution[0].get("clock") != "host":
+        return ""
+    ours = [g for part in solution for g in gaps_ms(part)]
+    theirs = [g for part in eager for g in gaps_ms(part)]
+    if not ours or not theirs:
+        return ""
+    mine, base = statistics.median(ours), statistics.median(theirs)
+    if mine <= GAP_FACTOR * base + GAP_FLOOR_MS:
+        return ""
+    return (f"between its timed calls its clock shows {mine:.3f} ms (median), eager's {base:.3f} ms on the same "
+            f"inputs: forward's time is hidden between the readings")

@@ -33,6 +33,11 @@ class Side:
         self.received: Any = None  # solution: the handout's copies, received before the solution was imported
         self.timed_check: Any = None  # the check that `timed_inputs` were copied for
         self.timed_inputs: Any = None  # one check's copies of the first trial's inputs (timing.placements)
+        self.census: dict[str, str] | None = None  # solution: threads and processes known not to be the solution's
+        self.bases: list[list[Any]] = []  # the trials' inputs the timed calls mix (timing.FreshInputs)
+        self.kept: list[Any] = []  # solution: (TimedCall, outputs) of the timed calls kept for the reference
+        self.itself: Any = None  # reference: (disagreement with itself, inputs it writes into), found once
+        self.work: Any = None  # who did forward's work (inspect.work); a reference's is found once
 
 
 def load_module(path: str, name: str) -> Any:

@@ -14,12 +14,12 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 from dice_lsp.harness import inspect as runtime
-from dice_lsp.harness import light, timing, verify
+from dice_lsp.harness import integrity, light, timing, verify
 from dice_lsp.harness.build import Builder, compile_entry
-from dice_lsp.harness.messages import (Build, Built, Compare, Compared, Compile, Compiled, Inspect, Inspected,
-                                       MakeReference,
-                                       OutputsSaved, Prepare, Prepared, Ran, ReferenceMade, RunSolution, SaveOutputs,
-                                       Time, Timed, TimedRound, TrialResult)
+from dice_lsp.harness.messages import (Build, Built, Compare, Compared, CompareTimed, Compile, Compiled, HandTimed,
+                                       Handed, Inspect, Inspected, LibraryLine, MakeReference, OutputsSaved, Prepare,
+                                       Prepared, Ran, ReferenceMade, RunSolution, SaveOutputs, Time, TimedCall, Timed,
+                                       TimedRound, TrialResult)
 from dice_lsp.harness.report import KernelShare
 from dice_lsp.harness.side import Side, load_module, pick_device
 
@@ -39,6 +39,7 @@ def build(side: Side, command: Build) -> Built:
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     side.builder = Builder(options.cache_dir, arch, side.ask)
     side.builder.install()
+    side.census = runtime.baseline(options.device)  # who runs before the solution is imported
     side.module = load_module(command.path, "dice_solution")
     return Built(extensions=tuple(side.builder.extensions), arch=arch, cuda_available=torch.cuda.is_available(),
                  has_model_new=hasattr(side.module, "ModelNew"))
@@ -139,19 +140,31 @@ def _shareable(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.is_contiguous() and value.numel() > 0
 
 
+BASE_BYTES = 512 << 20  # what the trials' inputs kept for timing (`timing.FreshInputs`) may take, past two trials
+
+
 def run(side: Side, command: RunSolution) -> Ran:
-    """Build ModelNew after the same seed and run every trial, then the first trial again on changed inputs."""
+    """Build ModelNew after the same seed and run every trial, then the first trial again on changed inputs.
+
+    Also: what forward returned (plain tensors?), which inputs it wrote into, which threads and processes the
+    solution started and when (import, __init__, forward), and copies of the trials' inputs, taken before forward
+    could write into them, for the timed calls to mix (`bases`)."""
     options = side.options
     side.device = pick_device(options.device)
     runtime.set_precision(options.tf32, options.cudnn_tf32)
     before = runtime.precision_state()
+    census = side.census if side.census is not None else runtime.baseline(options.device)
+    started = _described(runtime.started_since(census), "at import")
     # Mapped, not read: a kept reference's inputs stay in the page cache between checks, and with 4096x4096 inputs
     # reading them into fresh memory took most of a second (the mapping is private: writes never reach the file)
     data = torch.load(Path(command.exchange) / "inputs.pt", weights_only=False, mmap=True)
     torch.manual_seed(options.seed)
     side.model = side.module.ModelNew(*data["init"]).to(side.device).eval()
+    seen = runtime.census()
+    started += _described(runtime.started_since(census, seen), "in __init__")
     sharing = command.share and side.device.type == "cuda"
-    outputs, threads_before = [], runtime.thread_ids()
+    outputs, mutated, lazy, room = [], set(), "", [BASE_BYTES]
+    side.bases = []
     with torch.no_grad():
         first = None
         received, side.received = side.received, None
@@ -159,22 +172,44 @@ def run(side: Side, command: RunSolution) -> Ran:
             tensors = _inputs(inputs, received["trials"][index] if received else None, side.device)
             if received:
                 received["trials"][index] = None  # each trial's copies go with it
-            if index == 0:  # timed later: a copy on the device, taken before forward may write into its inputs
-                first, side.trials = tensors, [(seed, [verify.clone(t) for t in tensors])]
-            result = verify.flatten(side.model(*tensors))
-            outputs.append(verify.copies(result, sharing))
+            copies = [verify.clone(t) for t in tensors]  # before forward may write into its inputs
+            _keep_base(side, copies, room)
+            if index == 0:  # timed and inspected later, and changed in place below
+                first, side.trials = tensors, [(seed, copies)]
+            result = side.model(*tensors)
+            lazy = lazy or verify.plain(result, side.device)
+            mutated |= {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
+            outputs.append(verify.copies(verify.flatten(result), sharing))
         changed = _inputs(data["changed"], received["changed"] if received else None, side.device)
         count = verify.change_in_place(first, changed)
-        changed_out = verify.copies(verify.flatten(side.model(*first)), sharing)
+        copies = [verify.clone(t) for t in first]
+        result = side.model(*first)
+        lazy = lazy or verify.plain(result, side.device)
+        mutated |= {i for i, (a, b) in enumerate(zip(copies, first)) if not verify.same(a, b)}
+        changed_out = verify.copies(verify.flatten(result), sharing)
         if side.device.type == "cuda":
             torch.cuda.synchronize()
-    threads = runtime.new_threads_since(threads_before)
+    started += _described(runtime.started_since(census, seen), "in forward")
+    side.census = {**census, **runtime.census()}  # reported once: the timing reports only what starts after
     side.outputs = {"trials": outputs, "changed": changed_out}
     handed = _hand_over(side, Path(command.outputs or command.exchange), sharing)
     after = runtime.precision_state()
-    return Ran(device=_device_name(side.device), changed_tensors=count, threads=tuple(threads),
+    return Ran(device=_device_name(side.device), changed_tensors=count, threads=tuple(started),
                precision_before=before, precision_after=after, outputs=handed,
-               inputs="shared" if received else "file")
+               inputs="shared" if received else "file", mutated=tuple(sorted(mutated)), lazy=lazy,
+               tampered=tuple(SEAL.broken()), bases=len(side.bases))
+
+
+def _keep_base(side: Side, inputs: list[Any], room: list[int]) -> None:
+    """Keep one trial's inputs for the timed calls to mix: the first two always, more while they fit BASE_BYTES."""
+    size = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    if len(side.bases) < 2 or size <= room[0]:
+        side.bases.append(inputs)
+        room[0] -= size
+
+
+def _described(found: dict[str, str], when: str) -> list[str]:
+    return [f"{key} '{name}' ({when})" for key, name in found.items()]
 
 
 def _inputs(from_file: list[Any], received: list[Any] | None, device: torch.device) -> list[Any]:
@@ -249,41 +284,145 @@ def _compare(side: Side, command: Compare) -> Compared:
     changed = verify.compare(got["changed"], side.expected_changed, atol, rtol, device)
     trials.append(TrialResult(seed=side.options.seed + verify.CHANGED_SEED_OFFSET, **changed, changed_inputs=True))
     norms = [verify.norm(t, device) for out in side.expected for t in out]
-    return Compared(trials=tuple(trials), reference_norm=max(norms) if norms else 0.0)
+    if side.itself is None:
+        side.itself = _itself(side, device)
+    unstable, mutates = side.itself
+    return Compared(trials=tuple(trials), reference_norm=max(norms) if norms else 0.0, unstable=unstable,
+                    mutates=mutates)
+
+
+def _itself(side: Side, device: torch.device | None) -> tuple[str, tuple[int, ...]]:
+    """Run the reference twice on copies of the first trial's inputs: whether it agrees with itself (a reference
+    that does not is no target for any solution: its own second run would "mismatch"), and which inputs it writes
+    into (a solution may then write into them too). Once per reference worker."""
+    _seed, inputs = side.trials[0]
+    runs, mutates = [], set()
+    with torch.no_grad():
+        for _ in range(2):
+            given = [verify.clone(t) for t in verify.to_device(inputs, side.device)]
+            kept = [verify.clone(t) for t in given]
+            runs.append(verify.copies(verify.flatten(side.model(*given)), side.device.type == "cuda"))
+            mutates |= {i for i, (a, b) in enumerate(zip(kept, given)) if not verify.same(a, b)}
+    again = verify.compare(runs[1], runs[0], side.options.atol, side.options.rtol, device)
+    unstable = "" if again["passed"] else (
+        f"two runs on the same inputs (trial seed {_seed}) differ: "
+        + (again["note"] or f"max abs error {again['max_abs_error']:.3g} at {again['where']}"))
+    return unstable, tuple(sorted(mutates))
 
 
 def inspect(side: Side, command: Inspect) -> Inspected:
-    """Solution side: which kernels ran during forward and their share of its GPU time."""
+    """Who did forward's work (`runtime.work`): on a GPU each kernel's share of its time, on the CPU each PyTorch
+    operator's; and PyTorch's share by the line that called it. A reference worker answers from what it found the
+    first time (its model and inputs do not change)."""
     side.outputs = None  # compared by now: the GPU copies handed over go
-    if side.device.type != "cuda":
-        return Inspected(kernels=())
-    inputs = side.trials[0][1]
-    seen = runtime.kernels(lambda: side.model(*inputs), list(command.kernels))
-    return Inspected(kernels=tuple(KernelShare(**row) for row in seen))
+    if side.work is None or not side.expected:  # the solution's worker inspects once, a reference's keeps it
+        inputs = verify.to_device(side.trials[0][1], side.device)
+        given = [verify.clone(t) for t in inputs]  # forward may write into them
+        side.work = runtime.work(lambda: side.model(*given), list(command.kernels),
+                                 getattr(side.module, "__file__", "") or "", side.device)
+    found = side.work
+    rows = tuple(KernelShare(**row) for row in found["rows"])
+    lines = tuple(LibraryLine(**line) for line in found["lines"])
+    cuda = side.device.type == "cuda"
+    return Inspected(kernels=rows if cuda else (), operators=() if cuda else rows, lines=lines,
+                     own_share=found["own_share"], streams=found["streams"])
 
 
 def time(side: Side, command: Time) -> Timed:
-    """Time forward on the first trial's inputs: the solution, or the reference eager or under torch.compile.
-    One round of several: the command says how many trials, warm-up forwards and seconds this round gets."""
+    """Time forward: the solution, or the reference eager or under torch.compile. One round of several: the command
+    says how many timed calls (exactly), warm-up forwards and seconds this round gets, whether each call gets
+    fresh input values (`timing.FreshInputs`), how many calls' outputs to keep for the reference to compare
+    (`timing.Keeper`, the solution's), and the CPU's intra-op threads (both sides the same)."""
     options = side.options
     side.outputs = None  # compared by now: the GPU copies handed over go before anything is timed
     runtime.set_precision(options.tf32, options.cudnn_tf32)
+    if side.device.type == "cpu" and command.threads:
+        torch.set_num_threads(command.threads)
     if side.timed_check != command.check or side.timed_inputs is None:  # copied once a check, not a round
-        side.timed_inputs, side.timed_check = None, command.check  # the last check's copies go first
-        on_gpu = side.handout[0] if side.handout else [None] * len(side.trials[0][1])
-        first = [verify.to_device(v, side.device) if g is None else g.clone()  # never the handout itself
-                 for v, g in zip(side.trials[0][1], on_gpu)]
-        side.timed_inputs = timing.placements(first, side.device)
+        side.timed_inputs, side.timed_check, side.kept = None, command.check, []  # the last check's copies go first
+        side.timed_inputs = timing.placements(_timed_copies(side), side.device)
     model = side.model
     if command.compiled:
         if side.compiled is None:  # compiled once; later rounds reuse it
             side.compiled = torch.compile(side.model)
         model = side.compiled
     forwards = [lambda inputs=inputs: model(*inputs) for inputs in side.timed_inputs]
+    fresh = timing.FreshInputs(_bases(side), side.timed_inputs) if command.fresh else None
+    keeper = timing.Keeper(command.keep, fresh, side.device) if command.watch else None
+    tampered = SEAL.broken() if command.watch else []
     result = timing.measure(forwards, side.device, _given(command.trials, options.timing_trials),
-                            _given(command.warmup, options.warmup_trials),
-                            _given(command.budget_s, options.timing_budget_s), command.warm_s)
-    return Timed(timing=TimedRound(**result), **runtime.precision_state())
+                            _given(command.warmup, options.warmup_trials), command.warm_s, fresh, keeper)
+    found: dict[str, Any] = {}
+    if keeper is not None:
+        kept = [(TimedCall(command.round, call, *described), outputs) for call, described, outputs in keeper.kept]
+        side.kept += kept
+        threads = _described(runtime.started_since(side.census or {}), "while timed")
+        if keeper.peak > keeper.threads and not threads:
+            threads.append(f"{keeper.peak - keeper.threads} more thread(s) ran during a timed call and ended")
+        found = {"kept": tuple(call for call, _ in kept), "lazy": keeper.lazy, "threads": tuple(threads),
+                 "tampered": tuple(dict.fromkeys(tampered + SEAL.broken()))}
+    timed = {k: v for k, v in result.items() if k in TimedRound.__dataclass_fields__}
+    return Timed(timing=TimedRound(**timed), **runtime.precision_state(), **found)
+
+
+def _timed_copies(side: Side) -> list[Any]:
+    """Copies, on the device, of the first trial's inputs for the timed calls (never the inputs kept elsewhere:
+    fresh values are written into these): the handout's on a kept reference's GPU, else the trial's own."""
+    on_gpu = side.handout[0] if side.handout else [None] * len(side.trials[0][1])
+    return [verify.clone(verify.to_device(v, side.device)) if g is None else g.clone()
+            for v, g in zip(side.trials[0][1], on_gpu)]
+
+
+def _bases(side: Side) -> list[list[Any]]:
+    """The trials' inputs the timed calls mix, on the device: the solution's copies (`run`), or the reference's
+    trials (the handout's GPU copies where there are)."""
+    if side.bases:
+        return side.bases
+    if side.handout:
+        side.bases = [row for row in side.handout[:len(side.trials)]]
+    else:
+        side.bases = [verify.to_device(inputs, side.device) for _seed, inputs in side.trials]
+    return side.bases
+
+
+def hand_timed(side: Side, command: HandTimed) -> Handed:
+    """Solution side: hand the kept timed calls' outputs to the reference worker, as `_hand_over` does the trials'
+    (outputs.json by CUDA IPC, or outputs.pt), under "timed"; the files of the trials' outputs go first."""
+    folder = Path(command.exchange)
+    for name in ("outputs.json", "outputs.pt"):
+        (folder / name).unlink(missing_ok=True)
+    outputs = [copies for _call, copies in side.kept]
+    if command.share and outputs and all(t.is_cuda for out in outputs for t in out):
+        try:
+            (folder / "outputs.json").write_text(json.dumps({"timed": [verify.share(out) for out in outputs]}))
+            return Handed(outputs="shared", calls=tuple(call for call, _ in side.kept))
+        except (RuntimeError, OSError):
+            pass
+    torch.save({"timed": [verify.detach_cpu(out) for out in outputs]}, folder / "outputs.pt")
+    return Handed(outputs="file", calls=tuple(call for call, _ in side.kept))
+
+
+def compare_timed(side: Side, command: CompareTimed) -> Compared:
+    """Reference side: make the inputs of each timed call the solution kept (`timing.call_inputs`, from this
+    worker's own copies of the trials' inputs), run the reference on them, and compare the solution's outputs."""
+    exchange = Path(command.exchange)
+    if (exchange / "outputs.pt").exists():
+        got = torch.load(exchange / "outputs.pt", weights_only=True, mmap=True)["timed"]
+    else:
+        got = [verify.receive(out) for out in json.loads((exchange / "outputs.json").read_text())["timed"]]
+    if len(got) != len(command.calls):
+        raise ValueError(f"{len(got)} timed outputs handed over for {len(command.calls)} calls")
+    device = side.device if side.device.type == "cuda" else None
+    bases, results = _bases(side), []
+    with torch.no_grad():
+        for call, outputs in zip(command.calls, got):
+            if not (0 <= call.first < len(bases) and 0 <= call.second < len(bases)):
+                raise ValueError(f"timed call {call.index} names trials {call.first} and {call.second}")
+            inputs = timing.call_inputs(bases, call.first, call.second, call.weights)
+            expected = verify.flatten(side.model(*inputs))
+            found = verify.compare(list(outputs), expected, side.options.atol, side.options.rtol, device)
+            results.append(TrialResult(seed=call.index, **found))
+    return Compared(trials=tuple(results))
 
 
 def _given(value: Any, default: Any) -> Any:
@@ -292,3 +431,6 @@ def _given(value: Any, default: Any) -> Any:
 
 def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+SEAL = integrity.Seal()  # the harness as loaded: before any command, so before any code of the candidate's

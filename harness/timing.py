@@ -1,21 +1,26 @@
-"""Time stage: warm-up, an L2 flush before each trial, CUDA events per trial and host time over a device-wide sync.
+"""Time stage: warm-up, an L2 flush before each trial, CUDA events per trial and host time over a device-wide sync;
+fresh input values for every timed call, and a few of the timed calls' outputs kept to be compared afterwards.
 
-The clocks are bound when this module is imported, before any candidate code runs in the worker.
+The clocks and the randomness are bound when this module is imported, before any candidate code runs in the worker.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import os
 import statistics
 import time
 from typing import Any, Callable, Sequence
 
 import torch
 
+from dice_lsp.harness import inspect as runtime
+from dice_lsp.harness import verify
 from dice_lsp.harness.samples import summary
 
 _perf_counter = time.perf_counter
+_urandom = os.urandom
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
@@ -40,6 +45,105 @@ def placements(inputs: list[Any], device: torch.device) -> list[list[Any]]:
     return [inputs] + [[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs] for _ in range(count - 1)]
 
 
+def _below(count: int) -> int:
+    """A uniform draw from range(count), from the kernel's randomness: nothing in this process can predict it."""
+    return int.from_bytes(_urandom(8), "little") % count
+
+
+def _weight() -> float:
+    """A lerp weight in [0.25, 0.75), exact in float32 (a multiple of 2^-20), so both workers mix the same values."""
+    return 0.25 + _below(1 << 19) / (1 << 20)
+
+
+def mix(first: list[Any], second: list[Any], weights: Sequence[float], out: list[Any] | None = None) -> list[Any]:
+    """One timed call's inputs from two trials' inputs: each floating tensor `lerp(first, second, weight)`
+    (weights in order, one per floating tensor), everything else as in `first`. A lerp keeps what a problem's inputs
+    promise that is convex (ranges such as [0, 1), signs, symmetry, triangles, rows that sum to one, positive
+    definiteness), unlike noise; with `out` (tensors of the same shapes) the values are written into it in place."""
+    mixed, floats = [], iter(weights)
+    for index, (a, b) in enumerate(zip(first, second)):
+        target = out[index] if out is not None else None
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and isinstance(b, torch.Tensor):
+            weight = next(floats, 0.5)
+            if target is None:
+                mixed.append(torch.lerp(a, b, weight))
+            else:
+                torch.lerp(a, b, weight, out=target)
+                mixed.append(target)
+        elif isinstance(a, torch.Tensor) and isinstance(target, torch.Tensor):
+            target.copy_(a)
+            mixed.append(target)
+        else:
+            mixed.append(a)
+            if out is not None:
+                out[index] = a
+    return mixed
+
+
+def _floating(inputs: list[Any]) -> int:
+    return sum(isinstance(t, torch.Tensor) and t.is_floating_point() for t in inputs)
+
+
+def call_inputs(bases: list[list[Any]], first: int, second: int, weights: Sequence[float],
+                out: list[Any] | None = None) -> list[Any]:
+    """The inputs of the timed call described by (first, second, weights) (`FreshInputs`): into `out` when given;
+    the reference worker makes them again, from the same trials' inputs, to compare that call's outputs."""
+    if first == second:  # one trial only: a second base of the same values, scaled, still gives values never seen
+        other = [t * 0.5 if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in bases[first]]
+        return mix(bases[first], other, weights, out)
+    return mix(bases[first], bases[second], weights, out)
+
+
+class FreshInputs:
+    """Before each timed call, values no call has had written into the inputs it is about to get (`placements`):
+    a mix of two of `bases` (the trials' inputs) with weights drawn then (`mix`). A forward that keys a cache by
+    pointers, identity, `_version` or a few sampled values misses every time, and one that counts calls or looks
+    for the timer cannot tell which calls matter (`Keeper`). `last` describes the call about to run:
+    (first base, second base, weights)."""
+
+    def __init__(self, bases: list[list[Any]], placements: list[list[Any]]) -> None:
+        self.bases, self.placements = bases, placements
+        self.last: tuple[int, int, tuple[float, ...]] = (0, 0, ())
+
+    def __call__(self, placement: int) -> None:
+        count = len(self.bases)
+        first = _below(count)
+        second = (first + 1 + _below(count - 1)) % count if count > 1 else first
+        inputs = self.placements[placement]
+        weights = tuple(_weight() for _ in range(_floating(inputs)))
+        call_inputs(self.bases, first, second, weights, inputs)
+        self.last = (first, second, weights)
+
+
+class Keeper:
+    """After each timed call: is its output plain, materialised tensors (`verify.plain`), how many threads run now,
+    and should its outputs be kept. `slots` calls' outputs are kept, every call as likely as any other to end up
+    among them (reservoir sampling), decided after the call returned with randomness drawn then: forward cannot
+    know whether its outputs will be compared with the reference's. `kept`: (call, inputs described, output copies)."""
+
+    def __init__(self, slots: int, fresh: FreshInputs | None, device: torch.device) -> None:
+        self.slots, self.fresh, self.device = slots, fresh, device
+        self.kept: list[tuple[int, tuple[int, int, tuple[float, ...]], list[torch.Tensor]]] = []
+        self.lazy = ""
+        self.threads = runtime.thread_count()
+        self.peak = self.threads
+
+    def __call__(self, call: int, outputs: Any) -> None:
+        self.peak = max(self.peak, runtime.thread_count())
+        why = verify.plain(outputs, self.device)
+        if why:
+            self.lazy = self.lazy or f"timed call {call} returned {why}"
+            return
+        slot = call if call < self.slots else _below(call + 1)
+        if slot >= self.slots or self.fresh is None:
+            return
+        entry = (call, self.fresh.last, [t.detach().clone() for t in verify.flatten(outputs)])
+        if slot < len(self.kept):
+            self.kept[slot] = entry
+        else:
+            self.kept.append(entry)
+
+
 def _nbytes(value: Any) -> int:
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
@@ -57,15 +161,19 @@ def _flusher(device: torch.device) -> Callable[[], None]:
 
 
 def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: torch.device, trials: int,
-            warmup: int, budget_s: float = 0.0, warm_s: float = 0.0) -> dict[str, Any]:
-    """Median and spread of `forward`; on CUDA also the host-clock median, which sees work on every stream.
+            warmup: int, warm_s: float = 0.0, before: Callable[[int], None] | None = None,
+            after: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
+    """Median and spread of `forward` over exactly `trials` timed calls (the number the caller agreed); on CUDA also
+    the host-clock median, which sees work on every stream.
+
+    `before(k)` runs ahead of timed call k and `after(k, outputs)` once it is done (synchronized), both outside the
+    timer: they give each call fresh inputs (`FreshInputs`) and check and keep some outputs (`Keeper`). The
+    readings of the host clock come back too (`loop_start`, `starts`, `loop_end`, seconds on CLOCK_MONOTONIC), so
+    the caller can hold them against its own clock (`samples.outside_clock`).
 
     `forward` may be several forwards (the same model on copies of its inputs, `placements`), taken in turn, trial
     by trial; the last outputs are held back (one fewer than there are forwards, within PLACEMENT_BYTES), so each
     trial writes its outputs somewhere else as well.
-
-    At least `trials` trials; a short forward gets more, until the timed loop has run `budget_s` seconds (at most
-    ten times `trials`), so a microsecond kernel's median rests on enough samples to repeat.
 
     On CUDA the start event is queued behind the L2 flush and a GPU-side wait, without a synchronize in between: the
     host launches forward while the GPU still flushes and waits, so the events time forward's GPU work and not the
@@ -87,8 +195,9 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
     cuda = device.type == "cuda"
     sync = (lambda: _synchronize(device)) if cuda else (lambda: None)
     held: collections.deque = collections.deque(maxlen=len(forwards) - 1)
+    loop_start = _perf_counter()
     with torch.no_grad():
-        warmed, warm_started, launches, planned = 0, _perf_counter(), [], max(warmup, 1)
+        warmed, warm_started, launches, planned = 0, loop_start, [], max(warmup, 1)
         while True:
             flush()
             h0 = _perf_counter()
@@ -107,10 +216,11 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
                 if not cuda or _perf_counter() - warm_started >= warm_s:
                     break
         cover = _cover_cycles(launches[1:] or launches) if cuda else 0
-        events, host = [], []
-        limit, loop_started = max(trials, 1) * 10, _perf_counter()
-        while len(host) < trials or (len(host) < limit and _perf_counter() - loop_started < budget_s):
-            run = forwards[(warmed + len(host)) % len(forwards)]
+        events, host, starts = [], [], []
+        for k in range(max(trials, 1)):
+            run = forwards[(warmed + k) % len(forwards)]
+            if before is not None:
+                before((warmed + k) % len(forwards))
             if cuda:
                 flushed, start, end = (_Event(enable_timing=True) for _ in range(3))
                 h0 = _perf_counter()
@@ -130,13 +240,17 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
                 h0 = _perf_counter()
                 out = run()
                 host.append((_perf_counter() - h0) * 1e3)
+            starts.append(h0)
+            if after is not None:
+                after(k, out)
             held.append(out)
         held.clear()
         overhead = _sync_overhead(sync) if cuda else 0.0
     samples = events if cuda else host
     return {**summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
             "clock": "cuda-events" if cuda else "host", "overhead_ms": overhead, "samples": samples,
-            "host_samples": host, "placements": len(forwards)}
+            "host_samples": host, "placements": len(forwards), "starts": starts, "loop_start": loop_start,
+            "loop_end": _perf_counter()}
 
 
 def _cover_cycles(launches: list[float]) -> int:

@@ -29,6 +29,40 @@ def flatten(value: Any) -> list[torch.Tensor]:
     raise TypeError(f"forward returned {type(value).__name__}, which cannot be compared")
 
 
+def plain(value: Any, device: torch.device) -> str:
+    """Why forward's `value` is not plain, materialised output, or "" when it is: tensors that are exactly
+    torch.Tensor (a subclass can hold a recipe and compute its values only when someone reads them, outside the
+    timer), strided, on the check's device (a "meta" tensor has no values at all); numbers, tuples and lists of
+    them too."""
+    if isinstance(value, (tuple, list)):
+        return next((why for why in (plain(item, device) for item in value) if why), "")
+    if isinstance(value, (int, float, bool)):
+        return ""
+    if not isinstance(value, torch.Tensor):
+        return f"a {type(value).__name__}, not a tensor"
+    if type(value) is not torch.Tensor:
+        return f"a {type(value).__name__} (a torch.Tensor subclass)"
+    if value.layout != torch.strided:
+        return f"a {value.layout} tensor"
+    if value.device.type != device.type:
+        return f"a tensor on {value.device}"
+    return ""
+
+
+def same(before: Any, after: Any) -> bool:
+    """Whether a tensor holds what its copy `before` held (NaN where NaN was); anything else is the same."""
+    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
+        return True
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    if torch.equal(before, after):
+        return True
+    if not before.is_floating_point() and not before.is_complex():
+        return False
+    nan = torch.isnan(before)
+    return torch.equal(nan, torch.isnan(after)) and torch.equal(before[~nan], after[~nan])
+
+
 def to_device(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
         return value.to(device)

@@ -33,6 +33,8 @@ STAGES: dict[type[messages.Command], Callable[[Side, Any], messages.Reply]] = {
     messages.Compare: stages.compare,
     messages.Inspect: stages.inspect,
     messages.Time: stages.time,
+    messages.HandTimed: stages.hand_timed,
+    messages.CompareTimed: stages.compare_timed,
 }
 
 

@@ -27,6 +27,11 @@ TIMER_PATCH = "timer-patch"  # patches torch, time or the timer
 PRECISION = "precision"  # lower precision or TF32 against an fp32 reference
 OUTPUT_CACHED = "output-cached"  # results keyed by input identity
 SIGNATURE_MISMATCH = "signature-mismatch"  # ModelNew's __init__/forward differ from Model's
+# Run-time only (the harness finds them; no text shows them for sure)
+LAZY_OUTPUT = "lazy-output"  # forward returns a tensor subclass or other deferred value, not plain tensors
+TIMED_MISMATCH = "timed-mismatch"  # a timed call's outputs differ from the reference's on its (fresh) inputs
+INPUT_MUTATION = "input-mutation"  # forward writes into inputs the reference leaves alone
+TIMING_UNSTABLE = "timing-unstable"  # a side's timing rounds disagree: the machine was busy, not a deception
 
 # PyTorch calls that compute (rather than allocate or reshape), by family; the family names what a kernel that
 # does the same job would be called.

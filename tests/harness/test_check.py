@@ -32,7 +32,7 @@ def test_correct_solution_is_verified_and_timed(files, options):
     assert set(report.timings) == {"solution", "eager"} and report.timings["solution"].trials >= 20
     assert report.speedup_eager is not None and report.speedup_eager > 0
     assert report.device == "cpu" and report.tf32 is False
-    assert [s.name for s in report.stages] == ["parse", "build", "reference", "verify", "time"]
+    assert [s.name for s in report.stages] == ["parse", "build", "reference", "verify", "time", "inspect"]
     assert Report.from_json(report.to_json()) == report
 
 

@@ -13,16 +13,22 @@ import torch
 from dice_lsp.harness import Options, WorkerPool, messages, process, samples, timing
 
 
-def test_a_slow_forward_gets_exactly_the_minimum_trials():
-    result = timing.measure(lambda: time.sleep(0.002), torch.device("cpu"), trials=7, warmup=1, budget_s=0.0)
-    assert result["trials"] == 7 and result["clock"] == "host"
-    assert 2.0 <= result["median_ms"] < 50.0
-
-
-def test_a_short_forward_gets_more_trials_up_to_ten_times_the_minimum():
+def test_a_round_times_exactly_the_forwards_agreed_and_reports_its_readings():
     calls = []
-    result = timing.measure(lambda: calls.append(1), torch.device("cpu"), trials=5, warmup=2, budget_s=10.0)
-    assert result["trials"] == 50 and len(calls) == 52  # warm-up, then the cap of 10 x trials
+    result = timing.measure(lambda: (calls.append(1), time.sleep(0.002)), torch.device("cpu"), trials=7, warmup=1)
+    assert result["trials"] == 7 and len(calls) == 8 and result["clock"] == "host"  # one warm-up, seven timed
+    assert 2.0 <= result["median_ms"]
+    starts = result["starts"]
+    assert len(starts) == 7 and result["loop_start"] <= starts[0] and starts == sorted(starts)
+    assert starts[-1] + result["samples"][-1] / 1e3 <= result["loop_end"]
+
+
+def test_a_short_forward_gets_more_trials_in_later_rounds_up_to_ten_times_its_share():
+    assert samples.round_trials(100, 4, 0.1, None) == 25  # the first round: its share alone
+    assert samples.round_trials(100, 4, 0.1, 0.005) == 250  # 25 ms of budget at 5 us: capped at ten times
+    assert samples.round_trials(100, 4, 0.1, 0.5) == 50  # 25 ms at 0.5 ms a forward
+    assert samples.round_trials(100, 4, 0.1, 5.0) == 25  # never below the share
+    assert samples.round_trials(7, 3, 0.0, 0.001) == 3
 
 
 @pytest.mark.gpu
@@ -83,19 +89,24 @@ def test_several_forwards_are_taken_in_turn_and_their_last_outputs_held_back():
     assert timing.placements([torch.zeros(3)], torch.device("cpu"))[0][0].shape == (3,)  # CPU: the inputs alone
 
 
-def test_the_budget_ends_the_extra_trials():
-    result = timing.measure(lambda: time.sleep(0.01), torch.device("cpu"), trials=3, warmup=1, budget_s=0.1)
-    assert 3 < result["trials"] < 30
-
-
 def test_rounds_pool_into_one_median_over_every_sample():
-    # Samples written out, not measured: three measured sleeps spread past 1.2x their median under load.
-    first = {**_round([1.0, 1.05, 1.1]), "clock": "host", "median_ms": 1.05}
-    late = first["median_ms"] * 1.2  # a later round a little slower: drift, pooled (far slower ones are not)
+    first = {"samples": [1.0, 1.01, 0.99], "host_samples": [1.0, 1.01, 0.99], "clock": "host", "overhead_ms": 0.0}
+    late = first["samples"][0] * 1.2  # a later round a little slower: drift, pooled (far slower ones are not)
     second = {**first, "samples": [late] * 3, "host_samples": [late] * 3}
     pooled = samples.pool([first, second])
     assert pooled["trials"] == 6 and pooled["rounds"] == 2 and pooled["max_ms"] == late
-    assert first["median_ms"] < pooled["median_ms"] < late  # the middle of all six, not of either round
+    assert 1.0 < pooled["median_ms"] < late  # the middle of both rounds, not of either
+
+
+def test_each_round_weighs_the_same_whatever_its_sample_count():
+    """A round with ten times the samples (a short forward in a quiet moment) does not decide the median alone."""
+    quick = {"samples": [1.0] * 1000, "host_samples": [1.0] * 1000, "clock": "host", "overhead_ms": 0.0}
+    slow = [{"samples": [v] * 10, "host_samples": [v] * 10, "clock": "host", "overhead_ms": 0.0} for v in (1.1, 1.2)]
+    pooled = samples.pool([quick, *slow])
+    assert pooled["median_ms"] == 1.1 and pooled["trials"] == 1020  # by sample count it would be 1.0
+    assert not pooled["disagree"]
+    apart = samples.pool([quick, {**slow[0], "samples": [1.6] * 10, "host_samples": [1.6] * 10}])
+    assert apart["disagree"] and apart["rounds_left_out"] == 0  # kept (a fast round is never left out), but warned
 
 
 def _round(values: list[float]) -> dict:

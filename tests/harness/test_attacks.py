@@ -1,0 +1,221 @@
+"""Adversarial candidates, one per class of attack on the verdict or the speed (THREATS.md), run for real on CPU:
+none may come out `correct` without an error or warning finding, and an honest kernel must stay clean.
+
+Every candidate is the shared C++-only fixture extension (`add_solution.py`, one build for the session) with a
+forward, and sometimes module-level code, written to cheat.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dice_lsp import harness
+from dice_lsp.harness.report import Report
+
+pytestmark = pytest.mark.slow
+
+NOT_DECEPTION = ("timing-unstable", "unsandboxed")  # about the machine, not the candidate
+
+
+def flagged(report: Report) -> dict[str, str]:
+    """The run-time findings that fail a robust check, by code."""
+    return {f.code: f.message for f in report.findings
+            if f.severity in ("error", "warning") and f.code not in NOT_DECEPTION}
+
+
+def check(files, options, body: list[str], prelude: str = "", reference: str = "add_reference.py") -> Report:
+    forward = "\n        ".join(body)
+    return harness.check(files.text(reference), files.solution(forward, prelude), options)
+
+
+def caught(report: Report) -> None:
+    assert report.status != "correct" or flagged(report), report.summary()
+
+
+HONEST = ["return self.ext.add_values(a, b)"]
+
+
+def test_an_honest_kernel_stays_clean_and_its_timed_calls_are_checked(files, options):
+    report = check(files, options, HONEST)
+    assert report.status == "correct" and not flagged(report), (report.summary(), report.findings)
+    assert report.speedup_eager is not None
+    assert report.timings["solution"].checked == options.timing_rounds * options.timed_checks
+    assert [s.name for s in report.stages] == ["parse", "build", "reference", "verify", "time", "inspect"]
+
+
+SLOWED_CLOCK = """import sys
+_timing = sys.modules["dice_lsp.harness.timing"]
+_real = _timing._perf_counter
+_timing._perf_counter = lambda: _real() * 0.5
+"""
+FABRICATED = """import sys
+_timing = sys.modules["dice_lsp.harness.timing"]
+
+
+def _measure(forward, device, trials, warmup, warm_s=0.0, before=None, after=None):
+    now = _timing._perf_counter()
+    fast = [0.001] * trials
+    return {"median_ms": 0.001, "spread_ms": 0.0, "min_ms": 0.001, "max_ms": 0.001, "trials": trials,
+            "host_median_ms": 0.001, "clock": "host", "overhead_ms": 0.0, "samples": fast, "host_samples": fast,
+            "placements": 1, "starts": [now + i * 1e-6 for i in range(trials)], "loop_start": now,
+            "loop_end": now + trials * 1e-6}
+
+
+_timing.measure = _measure
+"""
+STAGE_TABLE = """import sys
+from dice_lsp.harness import messages as _messages
+_table = sys.modules["__main__"].STAGES
+_real_time = _table[_messages.Time]
+
+
+def _time(side, command):
+    timed = _real_time(side, command)
+    fast = tuple(s / 100 for s in timed.timing.samples)
+    return type(timed)(timing=type(timed.timing)(**{**vars(timed.timing), "samples": fast, "host_samples": fast,
+                                                     "median_ms": timed.timing.median_ms / 100}),
+                       tf32=timed.tf32, cudnn_tf32=timed.cudnn_tf32, matmul_precision=timed.matmul_precision,
+                       kept=timed.kept)
+
+
+_table[_messages.Time] = _time
+"""
+
+
+@pytest.mark.parametrize("prelude", [SLOWED_CLOCK, FABRICATED, STAGE_TABLE], ids=["slowed", "fabricated", "table"])
+def test_a_fake_clock_or_timer_is_an_error_and_no_speedup(files, options, prelude):
+    report = check(files, options, HONEST, prelude)
+    assert "timer-patch" in flagged(report), (report.summary(), report.findings)
+    assert report.speedup_eager is None
+
+
+def test_a_forward_that_looks_for_the_timer_on_its_stack_is_caught_by_the_timed_calls_checked(files, options):
+    report = check(files, options, [
+        "frame = __import__('sys')._getframe(1)",
+        "while frame is not None:",
+        "    if frame.f_code.co_name == 'measure' and getattr(self, 'last', None) is not None:",
+        "        return self.last",
+        "    frame = frame.f_back",
+        "self.last = self.ext.add_values(a, b)",
+        "return self.last"])
+    assert report.status == "mismatch" and "timed-mismatch" in flagged(report), report.summary()
+    assert report.speedup_eager is None
+
+
+def test_a_forward_that_counts_its_calls_is_caught_by_the_timed_calls_checked(files, options):
+    report = check(files, options, [
+        "self.calls = getattr(self, 'calls', 0) + 1",
+        "if self.calls > 6:  # the trials are done: timing now",
+        "    return self.last",
+        "self.last = self.ext.add_values(a, b)",
+        "return self.last"])
+    assert report.status == "mismatch" and "timed-mismatch" in flagged(report), report.summary()
+
+
+LAZY = """import torch
+import torch.utils._pytree as _pytree
+
+
+class Lazy(torch.Tensor):
+    @staticmethod
+    def __new__(cls, make):
+        made = torch.Tensor._make_wrapper_subclass(cls, (512, 512), dtype=torch.float32)
+        made.make, made.value = make, None
+        return made
+
+    def force(self):
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        real = lambda x: x.force() if isinstance(x, Lazy) else x
+        return func(*_pytree.tree_map(real, args), **_pytree.tree_map(real, kwargs or {}))
+"""
+
+
+def test_a_lazy_tensor_subclass_is_an_error_and_no_speedup(files, options):
+    report = check(files, options, ["return Lazy(lambda: self.ext.add_values(a, b))"], LAZY)
+    assert "lazy-output" in flagged(report) and "Lazy (a torch.Tensor subclass)" in flagged(report)["lazy-output"]
+    assert report.speedup_eager is None
+
+
+@pytest.mark.parametrize("key", ["tuple(a.flatten()[:4].tolist() + b.flatten()[:4].tolist())",
+                                 "(id(a), a._version, id(b), b._version)"], ids=["sampled-values", "identity"])
+def test_a_cache_gets_no_hit_while_timed(files, options, key):
+    """Every timed call's inputs have values no call had: a cache by a few values, or by identity and version
+    (which passes the trial of inputs changed in place), misses, so the speed reported is the kernel's own: a hit
+    would take a dictionary lookup (microseconds), the naive kernel takes milliseconds, eager under one."""
+    report = check(files, options, [
+        f"key = {key}",
+        "self.cache = getattr(self, 'cache', {})",
+        "if key not in self.cache:",
+        "    self.cache[key] = self.ext.add_values(a, b)",
+        "return self.cache[key]"])
+    honest = check(files, options, HONEST)
+    caught_or_slow = flagged(report) or report.speedup_eager < 3 * honest.speedup_eager
+    assert report.status == "correct" and caught_or_slow, (report.summary(), honest.summary())
+
+
+def test_a_cache_with_a_coarse_key_returns_stale_outputs_and_is_caught(files, options):
+    report = check(files, options, [
+        "key = (tuple(a.shape), bool(a.flatten()[0] > 0))",
+        "self.cache = getattr(self, 'cache', {})",
+        "if key not in self.cache:",
+        "    self.cache[key] = self.ext.add_values(a, b)",
+        "return self.cache[key]"])
+    caught(report)
+    assert report.status == "mismatch"
+
+
+def test_pytorch_under_a_name_built_at_run_time_beside_a_kernel_on_a_dummy_is_a_fallback(files, options):
+    body = ["self.ext.add_values(torch.ones(32), torch.ones(32))  # the kernel runs, on nothing that matters",
+            "return getattr(torch, 'a' + 'dd')(a, b)"]
+    report = check(files, options, body)
+    assert "torch-fallback" in flagged(report), (report.summary(), report.findings)
+    found = next(f for f in report.findings if f.code == "torch-fallback")
+    assert "aten::add" in found.message and "PyTorch does the work (line" in found.message
+    assert found.span.slice(files.solution("\n        ".join(body))) == body[1]  # on the line that calls it
+
+
+THREAD_AT_IMPORT = """import _thread
+import time as _time
+_thread.start_new_thread(_time.sleep, (600,))
+"""
+
+
+def test_a_thread_started_with__thread_at_import_is_reported(files, options):
+    report = check(files, options, HONEST, THREAD_AT_IMPORT)
+    assert "thread" in flagged(report) and "(at import)" in flagged(report)["thread"], report.findings
+
+
+def test_a_process_started_in_forward_is_reported(files, options):
+    report = check(files, options, [
+        "if not hasattr(self, 'helper'):",
+        "    self.helper = __import__('subprocess').Popen(['sleep', '60'])",
+        "return self.ext.add_values(a, b)"])
+    message = flagged(report).get("thread", "")
+    assert "process" in message and "sleep 60" in message and "(in forward)" in message, report.findings
+
+
+def test_a_forward_that_writes_its_result_into_its_input_is_reported(files, options):
+    report = check(files, options, ["a.copy_(self.ext.add_values(a, b))", "return a"])
+    assert "input-mutation" in flagged(report) and "input 0" in flagged(report)["input-mutation"], report.findings
+
+
+def test_a_reference_that_disagrees_with_itself_is_the_references_problem(files, options, tmp_path):
+    reference = files.text("add_reference.py").replace("return a + b", "return a + b + torch.randn_like(a)")
+    report = harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
+    assert report.status == "invalid" and "the reference disagrees with itself" in report.message, report.summary()
+
+
+@pytest.mark.parametrize("change, says", [
+    (("def get_inputs():", "def get_inputs(:"), "the reference has a syntax error: line"),
+    (("import torch.nn as nn", "import torch.nn as nn\nimport no_such_module_here"),
+     "importing the reference failed: ModuleNotFoundError"),
+])
+def test_a_reference_that_does_not_import_says_why(files, options, change, says):
+    reference = files.text("add_reference.py").replace(*change)
+    report = harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
+    assert report.status == "invalid" and report.message.startswith(says), report.message

@@ -1,0 +1,182 @@
+"""The rules that keep a candidate from faking its verdict or its speed, each without running a check: the caller's
+clock against the worker's readings, fresh inputs for timed calls, kept outputs chosen after the call, plain
+outputs, the harness sealed against rebinding, who did the work, and the reference's own failures named."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from dice_lsp.anatomy.types import Span
+from dice_lsp.harness import findings, integrity, samples, timing, verify
+from dice_lsp.harness.messages import Inspected, LibraryLine, TrialResult, TimedCall
+from dice_lsp.harness.report import KernelShare
+
+SPAN = Span(0, 0)
+
+
+def _round(starts: list[float], samples_ms: list[float], start: float, end: float) -> dict:
+    return {"samples": samples_ms, "host_samples": samples_ms, "starts": starts, "loop_start": start,
+            "loop_end": end, "clock": "host"}
+
+
+def test_readings_inside_the_callers_span_pass_and_any_outside_or_miscounted_do_not():
+    honest = _round([10.001, 10.003, 10.005], [1.0, 1.0, 1.0], 10.0, 10.007)
+    assert samples.outside_clock(honest, 3, 9.999, 10.008) == []
+    slowed = _round([5.0005, 5.0015, 5.0025], [0.5, 0.5, 0.5], 5.0, 5.0035)  # a clock at half speed
+    assert "during a command the caller's clock saw run" in samples.outside_clock(slowed, 3, 9.999, 10.008)[0]
+    assert "2 timed forwards reported, 3 agreed" in samples.outside_clock(
+        _round([10.001, 10.003], [1.0, 1.0], 10.0, 10.007), 3, 9.999, 10.008)[0]
+    padded = _round([10.001, 10.002, 10.003], [3.0, 3.0, 3.0], 10.0, 10.004)  # more forward time than the loop had
+    assert "add up to 9.000 ms in a loop of 4.000 ms" in samples.outside_clock(padded, 3, 9.999, 10.008)[0]
+    backwards = _round([10.003, 10.001, 10.005], [1.0, 1.0, 1.0], 10.0, 10.007)
+    assert samples.outside_clock(backwards, 3, 9.999, 10.008) == ["its readings go backwards"]
+
+
+def test_a_clock_that_stops_inside_forward_moves_its_time_into_the_gaps():
+    """Right at the loop's ends, wrong inside: forward's 2 ms show up between the calls, where eager's gaps are
+    tiny on the same inputs."""
+    eager = [_round([0.0, 0.0011, 0.0022, 0.0033], [1.0] * 4, 0.0, 0.005)]
+    hiding = [_round([0.0, 0.0021, 0.0042, 0.0063], [0.001] * 4, 0.0, 0.009)]
+    assert "forward's time is hidden between the readings" in samples.hidden_time(hiding, eager)
+    honest = [_round([0.0, 0.0021, 0.0042, 0.0063], [2.0] * 4, 0.0, 0.009)]
+    assert samples.hidden_time(honest, eager) == ""
+
+
+def test_every_timed_call_gets_values_no_call_had_and_the_reference_can_make_them_again():
+    bases = [[torch.randn(16, 8), torch.arange(4), 3] for _ in range(3)]
+    placement = [torch.empty(16, 8), torch.zeros(4, dtype=torch.long), 0]
+    tensor, counter = placement[0], placement[0]._version
+    fresh = timing.FreshInputs(bases, [placement])
+    seen = []
+    for _ in range(50):
+        fresh(0)
+        first, second, weights = fresh.last
+        assert first != second and len(weights) == 1 and 0.25 <= weights[0] < 0.75
+        again = timing.call_inputs(bases, first, second, weights)
+        assert torch.equal(again[0], placement[0]) and torch.equal(placement[1], bases[first][1])
+        assert placement[2] == bases[first][2] and placement[0] is tensor  # same tensors, new values
+        seen.append(placement[0].clone())
+    assert placement[0]._version > counter  # a cache keyed by identity and _version misses too
+    assert not any(torch.equal(s, b[0]) for s in seen for b in bases)  # never a trial's own values
+    assert len({tuple(s.flatten()[:3].tolist()) for s in seen}) == 50  # nor one call's values twice
+
+
+def test_one_trial_still_gives_fresh_values():
+    bases = [[torch.randn(5)]]
+    placement = [torch.empty(5)]
+    fresh = timing.FreshInputs(bases, [placement])
+    fresh(0)
+    assert not torch.equal(placement[0], bases[0][0])
+    assert torch.equal(timing.call_inputs(bases, *fresh.last)[0], placement[0])
+
+
+def test_the_keeper_keeps_its_slots_flags_a_subclass_and_takes_any_call():
+    fresh = timing.FreshInputs([[torch.ones(2)], [torch.zeros(2)]], [[torch.empty(2)]])
+    kept_calls = set()
+    for _ in range(40):
+        keeper = timing.Keeper(2, fresh, torch.device("cpu"))
+        for call in range(10):
+            fresh(0)
+            keeper(call, torch.full((2,), float(call)))
+        assert len(keeper.kept) == 2 and keeper.lazy == ""
+        assert all(float(out[0][0]) == call for call, _, out in keeper.kept)  # copies of that call's output
+        kept_calls |= {call for call, _, _ in keeper.kept}
+    assert len(kept_calls) >= 8  # chosen after each call returned: late calls as likely as early ones
+
+    class Later(torch.Tensor):
+        pass
+
+    keeper = timing.Keeper(2, fresh, torch.device("cpu"))
+    keeper(0, torch.zeros(2).as_subclass(Later))
+    assert "Later (a torch.Tensor subclass)" in keeper.lazy and keeper.kept == []
+
+
+def test_plain_outputs_and_what_is_not():
+    cpu = torch.device("cpu")
+    assert verify.plain((torch.zeros(2), [1.0, torch.ones(1)]), cpu) == ""
+    assert verify.plain(torch.zeros(2, device="meta"), cpu) == "a tensor on meta"
+    assert verify.plain(torch.zeros(2).to_sparse(), cpu) == "a torch.sparse_coo tensor"
+    assert verify.plain({"x": 1}, cpu) == "a dict, not a tensor"
+    assert verify.same(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")]))
+    assert not verify.same(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 3.0]))
+
+
+def test_the_seal_sees_a_rebound_clock_a_swapped_code_object_and_a_tracer():
+    seal = integrity.Seal()
+    assert seal.broken() == []
+    real = timing._perf_counter
+    timing._perf_counter = lambda: real() * 0.5
+    try:
+        assert "timing._perf_counter" in seal.broken()
+    finally:
+        timing._perf_counter = real
+    code = timing.summary.__code__ if hasattr(timing.summary, "__code__") else None
+    original = samples.round_trials.__code__
+    samples.round_trials.__code__ = (lambda trials, rounds, budget_s, median_ms: 1).__code__
+    try:
+        assert "samples.round_trials" in seal.broken()
+    finally:
+        samples.round_trials.__code__ = original
+    assert code is not None and seal.broken() == []
+    sys.settrace(lambda *args: None)
+    try:
+        assert "sys.settrace" in seal.broken()
+    finally:
+        sys.settrace(None)
+
+
+def _inspected(rows: list[KernelShare], lines: tuple = (), cuda: bool = False) -> Inspected:
+    return Inspected(kernels=tuple(rows) if cuda else (), operators=() if cuda else tuple(rows), lines=lines,
+                     own_share=sum(r.share for r in rows if r.own))
+
+
+TEXT = "class ModelNew:\n    def forward(self, a, b):\n        return getattr(torch, 'a' + 'dd')(a, b)\n"
+
+
+def test_pytorch_doing_the_references_work_is_a_fallback_on_the_line_that_calls_it():
+    reference = _inspected([KernelShare("aten::add", 0.99, 50.0, 1, own=False),
+                            KernelShare("forward's own code", 0.01, own=True)])
+    solution = _inspected([KernelShare("aten::add", 0.97, 50.0, 1, own=False),
+                           KernelShare("forward's own code", 0.03, own=True)],
+                          (LibraryLine(3, ("aten::add",), 50.0, 0.97),))
+    [found] = findings.from_work(solution, reference, None, TEXT, SPAN, cuda=False)
+    assert found.code == "torch-fallback" and found.severity == "warning"
+    assert "97.0%" in found.message and "(line 3)" in found.message
+    assert found.span.slice(TEXT) == "return getattr(torch, 'a' + 'dd')(a, b)"
+
+
+def test_a_library_matmul_with_the_solutions_own_epilogue_is_a_mix_and_a_small_library_part_is_nothing():
+    reference = _inspected([KernelShare("gemm", 0.98, 4900.0, own=False),
+                            KernelShare("vectorized_add", 0.02, 100.0, own=False)], cuda=True)
+    mixed = _inspected([KernelShare("gemm", 0.97, 4900.0, own=False), KernelShare("add_kernel", 0.03, 60.0)],
+                       cuda=True)
+    [found] = findings.from_work(mixed, reference, None, TEXT, SPAN, cuda=True)
+    assert found.severity == "information" and "a mix" in found.message
+    own = _inspected([KernelShare("add_kernel", 0.9, 60.0), KernelShare("gemm", 0.1, 6.0, own=False)], cuda=True)
+    assert findings.from_work(own, reference, None, TEXT, SPAN, cuda=True) == []
+    # another gemm than the reference's, beside a kernel on a dummy: the dummy cannot be doing the gemm's work
+    other = _inspected([KernelShare("gemm_variant", 0.99, 4950.0, own=False), KernelShare("add_kernel", 0.01, 2.0)],
+                       cuda=True)
+    [found] = findings.from_work(other, reference, None, TEXT, SPAN, cuda=True)
+    assert found.severity == "warning" and "PyTorch does the work" in found.message
+
+
+def test_a_timed_call_that_differs_is_an_error_naming_the_call():
+    calls = [TimedCall(0, 3, 0, 1, (0.5,)), TimedCall(2, 40, 1, 2, (0.3,))]
+    results = [TrialResult(3, True), TrialResult(40, False, max_abs_error=2.5, where="output[0, 1]")]
+    [found] = findings.timed_calls(results, calls, SPAN)
+    assert found.code == "timed-mismatch" and found.severity == "error"
+    assert "1 of 2 timed calls" in found.message and "round 2, call 40" in found.message
+
+
+def test_the_references_own_failures_are_named():
+    assert findings.syntax_error("def f(:\n") == "line 1: invalid syntax"
+    assert findings.syntax_error("x = 1\n") == ""
+    traceback = ('Traceback (most recent call last):\n  File "/h/side.py", line 9, in load_module\n'
+                 '  File "/w/reference.py", line 2, in <module>\nModuleNotFoundError: No module named "nope"\n')
+    assert findings.reference_failure("ModuleNotFoundError: No module named 'nope'", traceback).startswith(
+        "importing the reference failed: ModuleNotFoundError")
+    later = traceback.replace("in <module>", "in get_inputs")
+    assert findings.reference_failure("ValueError: x", later) == "the reference failed: ValueError: x"
