@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from dice_lsp.harness import samples
 from torch.autograd import DeviceType
 from torch.autograd.profiler import profile as autograd_profile
 from torch.autograd.profiler import record_function  # loaded with torch: no cost of its own
@@ -49,32 +51,10 @@ def thread_count() -> int:
         return threading.active_count()
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as file:
-            return file.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
 def _descendants() -> dict[int, str]:
     """Live processes below this one (zombies left out), by pid, with their command lines."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = _read(f"/proc/{entry}/stat")
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) >= 2 and fields[0] not in ("Z", "X"):
-            parents[int(entry)] = int(fields[1])
-    found, frontier = {}, [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in found:
-                found[pid] = _read(f"/proc/{pid}/cmdline")[:80] or _read(f"/proc/{pid}/comm")
-                frontier.append(pid)
-    return found
+    return {pid: samples.proc_text(f"/proc/{pid}/cmdline")[:80] or samples.proc_text(f"/proc/{pid}/comm")
+            for pid in samples.descendants(os.getpid())}
 
 
 def census() -> dict[str, str]:
@@ -89,7 +69,7 @@ def census() -> dict[str, str]:
     except OSError:
         tids = []
     for tid in tids:
-        name = python.get(int(tid)) or _read(f"/proc/self/task/{tid}/comm")
+        name = python.get(int(tid)) or samples.proc_text(f"/proc/self/task/{tid}/comm")
         found[f"thread {tid}"] = name
     found.update({f"process {pid}": command for pid, command in _descendants().items()})
     return found

@@ -9,7 +9,6 @@ error finding and no speedup (`findings.TIMING_ERRORS`).
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any
 
@@ -20,10 +19,11 @@ from dice_lsp.harness.report import Report, Timing
 
 
 def cpu_threads(options: Any) -> int:
-    """The intra-op threads both sides are timed with on a CPU: the option, else half the cores (at least one).
-    With every core busy, an operator split over all of them waits for its slowest thread: one eager op on the
-    2-core machine took 0.06-0.13 ms in one run and 20-44 ms in another while another job ran."""
-    return options.timing_threads or max(1, (os.cpu_count() or 1) // 2)
+    """The intra-op threads both sides are timed with on a CPU (the same for both). With every core busy, an
+    operator split over all of them waits for its slowest thread: one eager op on the 2-core machine took
+    0.06-0.13 ms in one run and 20-44 ms in another while another job ran. With one thread (the default) the
+    samples are CPU time (`timing.cpu_seconds`), which another job on the cores does not stretch."""
+    return max(1, options.timing_threads)
 
 
 def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
@@ -63,6 +63,7 @@ def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
                 command = Time(compiled=compiled, trials=trials, warmup=warmup, warm_s=warm_s, round=turn,
                                check=check.token, fresh=ours or cpu, watch=ours, keep=options.timed_checks if ours
                                else 0, threads=cpu_threads(options) if cpu else 0)
+                cpu_before = samples.tree_cpu_ms(worker.pid) if cpu else 0.0
                 sent = time.perf_counter()
                 answer = check.call(worker, command, "time", options.run_timeout)
                 received = time.perf_counter()
@@ -76,6 +77,8 @@ def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
                     failed.add(name)
                     continue
                 part = dataclasses.asdict(answer.timing)
+                if cpu:  # the kernel's account of the worker's CPU over the command, and the warm-up agreed
+                    part.update(outside_cpu_ms=samples.tree_cpu_ms(worker.pid) - cpu_before, warmup=warmup)
                 parts[name].append(part)
                 if ours:
                     clock += samples.outside_clock(part, trials, sent, received)
@@ -96,9 +99,10 @@ def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
 def _findings(check: Any, parts: dict[str, list[dict[str, Any]]], clock: list[str],
               seen: dict[str, list[str]]) -> None:
     span = check.forward_span()
-    hidden = samples.hidden_time(parts.get("solution", []), parts.get("eager", []))
-    if hidden:
-        clock.append(hidden)
+    for hidden in (samples.hidden_time(parts.get("solution", []), parts.get("eager", [])),
+                   samples.hidden_cpu(parts.get("solution", []), parts.get("eager", []))):
+        if hidden:
+            clock.append(hidden)
     if clock:
         check.findings.append(findings.outside_clock(clock, span))
     tampered = list(dict.fromkeys(seen["tampered"]))

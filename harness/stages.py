@@ -351,7 +351,8 @@ def time(side: Side, command: Time) -> Timed:
     keeper = timing.Keeper(command.keep, fresh, side.device) if command.watch else None
     tampered = SEAL.broken() if command.watch else []
     result = timing.measure(forwards, side.device, _given(command.trials, options.timing_trials),
-                            _given(command.warmup, options.warmup_trials), command.warm_s, fresh, keeper)
+                            _given(command.warmup, options.warmup_trials), command.warm_s, fresh, keeper,
+                            cpu_time=side.device.type == "cpu" and command.threads == 1)
     found: dict[str, Any] = {}
     if keeper is not None:
         kept = [(TimedCall(command.round, call, *described), outputs) for call, described, outputs in keeper.kept]
@@ -376,12 +377,10 @@ def _timed_copies(side: Side) -> list[Any]:
 def _bases(side: Side) -> list[list[Any]]:
     """The trials' inputs the timed calls mix, on the device: the solution's copies (`run`), or the reference's
     trials (the handout's GPU copies where there are)."""
-    if side.bases:
-        return side.bases
-    if side.handout:
-        side.bases = [row for row in side.handout[:len(side.trials)]]
-    else:
-        side.bases = [verify.to_device(inputs, side.device) for _seed, inputs in side.trials]
+    if not side.bases:
+        shared = side.handout or [[None] * len(inputs) for _seed, inputs in side.trials]
+        side.bases = [[verify.to_device(v, side.device) if g is None else g for v, g in zip(inputs, row)]
+                      for (_seed, inputs), row in zip(side.trials, shared)]
     return side.bases
 
 

@@ -89,27 +89,27 @@ def test_a_fake_clock_or_timer_is_an_error_and_no_speedup(files, options, prelud
     assert report.speedup_eager is None
 
 
-def test_a_forward_that_looks_for_the_timer_on_its_stack_is_caught_by_the_timed_calls_checked(files, options):
-    report = check(files, options, [
-        "frame = __import__('sys')._getframe(1)",
-        "while frame is not None:",
-        "    if frame.f_code.co_name == 'measure' and getattr(self, 'last', None) is not None:",
-        "        return self.last",
-        "    frame = frame.f_back",
-        "self.last = self.ext.add_values(a, b)",
-        "return self.last"])
+LOOKS_AT_ITS_STACK = [
+    "frame = __import__('sys')._getframe(1)",
+    "while frame is not None:",
+    "    if frame.f_code.co_name == 'measure' and getattr(self, 'last', None) is not None:",
+    "        return self.last",
+    "    frame = frame.f_back",
+    "self.last = self.ext.add_values(a, b)",
+    "return self.last"]
+COUNTS_ITS_CALLS = [
+    "self.calls = getattr(self, 'calls', 0) + 1",
+    "if self.calls > 6:  # the trials are done: timing now",
+    "    return self.last",
+    "self.last = self.ext.add_values(a, b)",
+    "return self.last"]
+
+
+@pytest.mark.parametrize("body", [LOOKS_AT_ITS_STACK, COUNTS_ITS_CALLS], ids=["stack", "count"])
+def test_a_forward_that_knows_when_it_is_timed_is_caught_by_the_timed_calls_checked(files, options, body):
+    report = check(files, options, body)
     assert report.status == "mismatch" and "timed-mismatch" in flagged(report), report.summary()
     assert report.speedup_eager is None
-
-
-def test_a_forward_that_counts_its_calls_is_caught_by_the_timed_calls_checked(files, options):
-    report = check(files, options, [
-        "self.calls = getattr(self, 'calls', 0) + 1",
-        "if self.calls > 6:  # the trials are done: timing now",
-        "    return self.last",
-        "self.last = self.ext.add_values(a, b)",
-        "return self.last"])
-    assert report.status == "mismatch" and "timed-mismatch" in flagged(report), report.summary()
 
 
 LAZY = """import torch
@@ -219,3 +219,45 @@ def test_a_reference_that_does_not_import_says_why(files, options, change, says)
     reference = files.text("add_reference.py").replace(*change)
     report = harness.check(reference, files.solution("return self.ext.add_values(a, b)"), options)
     assert report.status == "invalid" and report.message.startswith(says), report.message
+
+
+@pytest.fixture(scope="module")
+def gpu(options):
+    return options.with_(device="auto", baseline="eager", timing_trials=100, warmup_trials=10)
+
+
+def _cuda(files, forward: str) -> str:
+    return files.text("cuda_solution.py").replace("        return self.add.add_cuda(a, b)", forward)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_honest_kernel_is_clean_and_its_timed_calls_are_checked(files, gpu):
+    report = harness.check(files.text("add_reference.py"), files.text("cuda_solution.py"), gpu)
+    assert report.status == "correct", report.summary() + report.log
+    assert set(flagged(report)) == {"kernel-not-launched"}, report.findings  # the fixture's unused_kernel
+    assert report.timings["solution"].checked == gpu.timing_rounds * gpu.timed_checks
+    assert report.speedup_eager is not None
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_pytorch_under_a_run_time_name_beside_a_kernel_on_a_dummy_is_a_fallback(files, gpu):
+    reference = files.text("add_reference.py").replace("512, 512", "4096, 4096")
+    solution = _cuda(files, "        dummy = torch.ones(32, device=a.device)\n"
+                            "        self.add.add_cuda(dummy, dummy)\n"
+                            "        return getattr(torch, 'a' + 'dd')(a, b)")
+    report = harness.check(reference, solution, gpu)
+    assert report.status == "correct", report.summary() + report.log
+    found = next((f for f in report.findings if f.code == "torch-fallback"), None)
+    assert found is not None and found.severity == "warning", report.findings
+    own = [k for k in report.kernels if k.own]
+    assert own and sum(k.share for k in own) < 0.1, report.kernels  # the kernel ran, on nothing that matters
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_work_on_a_side_stream_under_a_run_time_name_is_caught(files, gpu):
+    solution = _cuda(files, "        stream = getattr(torch.cuda, 'Str' + 'eam')()\n"
+                            "        with torch.cuda.stream(stream):\n"
+                            "            out = self.add.add_cuda(a, b)\n"
+                            "        return out")
+    report = harness.check(files.text("add_reference.py"), solution, gpu)
+    assert {"side-stream", "timer-mismatch", "timed-mismatch"} & set(flagged(report)), report.findings

@@ -4,6 +4,8 @@ outputs, the harness sealed against rebinding, who did the work, and the referen
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import torch
@@ -112,14 +114,13 @@ def test_the_seal_sees_a_rebound_clock_a_swapped_code_object_and_a_tracer():
         assert "timing._perf_counter" in seal.broken()
     finally:
         timing._perf_counter = real
-    code = timing.summary.__code__ if hasattr(timing.summary, "__code__") else None
     original = samples.round_trials.__code__
     samples.round_trials.__code__ = (lambda trials, rounds, budget_s, median_ms: 1).__code__
     try:
-        assert "samples.round_trials" in seal.broken()
+        assert "samples.round_trials" in seal.broken()  # the same function object, another body
     finally:
         samples.round_trials.__code__ = original
-    assert code is not None and seal.broken() == []
+    assert seal.broken() == []
     sys.settrace(lambda *args: None)
     try:
         assert "sys.settrace" in seal.broken()
@@ -180,3 +181,30 @@ def test_the_references_own_failures_are_named():
         "importing the reference failed: ModuleNotFoundError")
     later = traceback.replace("in <module>", "in get_inputs")
     assert findings.reference_failure("ValueError: x", later) == "the reference failed: ValueError: x"
+
+
+def _cpu_round(samples_ms: list[float], outside_ms: float) -> dict:
+    return {"samples": samples_ms, "host_samples": samples_ms, "clock": "cpu-time", "outside_cpu_ms": outside_ms,
+            "warmup": 1}
+
+
+def test_cpu_the_kernel_counted_that_the_timed_calls_do_not_explain_is_hidden_work():
+    eager = [_cpu_round([0.05] * 100, 0.05 * 101 + 3.0)]  # its calls, one warm-up, a few ms of its own
+    honest = [_cpu_round([2.0] * 100, 2.0 * 101 + 5.0)]
+    assert samples.hidden_cpu(honest, eager) == ""
+    helper = [_cpu_round([0.01] * 100, 0.01 * 101 + 200.0)]  # a helper process did 2 ms a call
+    assert "do not explain" in samples.hidden_cpu(helper, eager)
+
+
+def test_cpu_time_counts_a_child_process_and_the_callers_account_sees_a_live_one():
+    busy = "for _ in range(3 * 10 ** 6):\n    pass\nprint('done', flush=True)\ninput()\n"
+    before = timing.cpu_seconds()
+    subprocess.run([sys.executable, "-c", busy], input="\n", text=True, capture_output=True, check=True)
+    assert timing.cpu_seconds() - before > 0.02  # its CPU, not its wall time: a busy machine does not change it
+    start = samples.tree_cpu_ms(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "done"
+        assert samples.tree_cpu_ms(os.getpid()) - start > 20.0  # alive below us: the caller counts it
+    finally:
+        child.communicate("\n")
