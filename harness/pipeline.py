@@ -52,6 +52,7 @@ class _Check:
         self.token = uuid.uuid4().hex  # tells a kept reference worker that a new check's timing begins
         self.timed_calls: list = []  # the solution's timed calls whose outputs its worker kept (rounds.py)
         self.awaiting_timed: tuple = ()  # those sent to the reference worker, its answer not read yet
+        self.share_timed = False  # hand their outputs over by CUDA IPC (it worked for the trials' outputs)
 
     def stage(self, name: str, started: float, status: str = "ok", detail: str = "") -> None:
         self.stages.append(Stage(name, status, round(time.perf_counter() - started, 4), detail))
@@ -236,6 +237,7 @@ class _Check:
             process.take_outputs(solution, exchange, options)
             compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
         handed = ("inputs by CUDA IPC, " if ran.inputs == "shared" else "inputs through a file, ") + handed
+        self.share_timed = handed.endswith("outputs by CUDA IPC")  # the timed calls' outputs go the same way
         if isinstance(compared, Failed):
             reference.kill()  # its state is unknown now: never kept for another check
             raise HarnessError(compared.error, "died", compared.traceback)

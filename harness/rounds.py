@@ -12,7 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
-from dice_lsp.harness import findings, samples
+from dice_lsp.harness import findings, process, samples
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import CompareTimed, Failed, HandTimed, Time, TimedCall
 from dice_lsp.harness.report import Report, Timing
@@ -150,9 +150,12 @@ def check_timed_calls(check: Any, reference: Any, solution: Any, exchange: str) 
     if not calls:
         return None
     options = check.options
-    handed = check.call(solution, HandTimed(exchange=exchange, share=True), "time", options.run_timeout)
+    # Into the solution's own writable folder (its sandbox can write nowhere else), then over to the reference's
+    handed = check.call(solution, HandTimed(exchange=solution.inner_scratch, share=check.share_timed), "time",
+                        options.run_timeout)
     if isinstance(handed, Failed):
         raise HarnessError(f"handing over the timed calls' outputs failed: {handed.error}", "died", handed.traceback)
+    process.take_outputs(solution, exchange, options)
     if list(handed.calls) != calls:
         return findings.outside_clock(["it handed over other timed calls than the ones it said it kept"],
                                       check.forward_span())

@@ -146,7 +146,8 @@ def test_a_lazy_tensor_subclass_is_an_error_and_no_speedup(files, options):
 def test_a_cache_gets_no_hit_while_timed(files, options, key):
     """Every timed call's inputs have values no call had: a cache by a few values, or by identity and version
     (which passes the trial of inputs changed in place), misses, so the speed reported is the kernel's own: a hit
-    would take a dictionary lookup (microseconds), the naive kernel takes milliseconds, eager under one."""
+    would take a dictionary lookup (microseconds), the naive kernel takes milliseconds, eager under one. (A hit on
+    a recycled id, a tensor of the trials freed and its id taken by a timed input, returns a stale output: caught.)"""
     report = check(files, options, [
         f"key = {key}",
         "self.cache = getattr(self, 'cache', {})",
@@ -154,8 +155,9 @@ def test_a_cache_gets_no_hit_while_timed(files, options, key):
         "    self.cache[key] = self.ext.add_values(a, b)",
         "return self.cache[key]"])
     honest = check(files, options, HONEST)
-    caught_or_slow = flagged(report) or report.speedup_eager < 3 * honest.speedup_eager
-    assert report.status == "correct" and caught_or_slow, (report.summary(), honest.summary())
+    slow = report.status == "correct" and report.speedup_eager < 3 * honest.speedup_eager
+    assert slow or report.status == "mismatch" and "timed-mismatch" in flagged(report), (report.summary(),
+                                                                                         honest.summary())
 
 
 def test_a_cache_with_a_coarse_key_returns_stale_outputs_and_is_caught(files, options):
