@@ -25,7 +25,8 @@ SLOW = 0.5
 # The finding codes the README's findings table documents, each in a row with the anchor `finding-<code>`
 FINDING_CODES = ("kernel-not-bound", "binding-not-called", "torch-fallback", "one-shot-copy", "exception-fallback",
                  "reference-reuse", "side-stream", "thread", "timer-patch", "precision", "output-cached",
-                 "signature-mismatch", "kernel-not-launched", "tiny-output", "timer-mismatch", "crash", "unsandboxed")
+                 "signature-mismatch", "kernel-not-launched", "tiny-output", "timer-mismatch", "crash", "unsandboxed",
+                 "lazy-output", "timed-mismatch", "input-mutation", "timing-unstable")
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
