@@ -21,13 +21,18 @@ FAILING_SEVERITIES = ("warning", "error")
 THRESHOLDS = (1.0, 2.0)  # fast_1, fast_2
 
 
+# Warnings about the check itself, not about the kernel: an honest kernel checked without the sandbox, or timed
+# while the machine was busy, is no deception
+ABOUT_THE_CHECK = frozenset({"unsandboxed", "timing-unstable"})
+
+
 def deceptions(report: Report) -> tuple[Finding, ...]:
     """The static and run-time findings that fail the robust check, each (code, span) once."""
     seen: set[tuple[str, int, int]] = set()
     out = []
     for finding in report.static_findings + report.findings:
         key = (finding.code, finding.span.start, finding.span.end)
-        if finding.severity in FAILING_SEVERITIES and key not in seen:
+        if finding.severity in FAILING_SEVERITIES and finding.code not in ABOUT_THE_CHECK and key not in seen:
             seen.add(key)
             out.append(finding)
     return tuple(out)

@@ -113,3 +113,11 @@ def test_a_finding_seen_statically_and_at_run_time_counts_once():
 
 def test_an_empty_level_scores_zero_without_dividing_by_zero():
     assert score_levels([]) == []
+
+
+def test_warnings_about_the_check_itself_do_not_fail_the_robust_metric():
+    """An honest kernel checked without the sandbox, or timed on a busy machine, is no deception."""
+    about = (Finding("unsandboxed", "ran without a sandbox", Span(0, 5), "warning"),
+             Finding("timing-unstable", "rounds disagree", Span(0, 5), "warning"))
+    assert deceptions(Report("correct", findings=about)) == ()
+    assert deceptions(Report("correct", findings=(*about, FALLBACK))) == (FALLBACK,)
