@@ -158,16 +158,17 @@ def test_spares_are_stopped_while_a_timed_region_runs_and_continue_after(unknown
     pool = WorkerPool()
     pool.keep_warm(2)
     try:
-        pool.start(options).close()  # leaves one spare beside the worker it returns
+        pool.fill(options)  # one spare of each role (reference, solution)
         spares = pool.spares(options)
-        assert len(spares) == 1
+        assert sorted(w.role for w in spares) == ["reference", "solution"]
+        [spare] = [w for w in spares if w.role == "solution"]
         with pool.quiet():
             with pool.quiet():  # nested regions (several GPUs timing at once) keep them stopped until the last ends
                 pass
-            assert _stops(spares[0].pid)
+            assert all(_stops(w.pid) for w in spares)
             taken = pool.start(options)  # a spare taken while stopped runs again; its replacement starts stopped
-            added = pool.spares(options)
-            assert taken is spares[0] and _state(taken.pid) != "T"
+            added = [w for w in pool.spares(options) if w not in spares]
+            assert taken is spare and _state(taken.pid) != "T"
             assert all(_stops(w.pid) for w in added)
         assert all(_state(w.pid) != "T" for w in added)
         answer = taken.call(unknown_command, 60)  # it answers commands
@@ -185,7 +186,7 @@ def test_spares_stopped_when_their_caller_dies_are_continued_and_end(tmp_path):
         "from dice_lsp.harness import Options, WorkerPool\n"
         "pool = WorkerPool(); pool.keep_warm(2)\n"
         "options = Options(device='cpu')\n"
-        "pool.start(options).close(); pool.start(options).close()\n"
+        "pool.fill(options)\n"
         "spares = pool.spares(options)\n"
         "with pool.quiet():\n"
         "    print(' '.join(str(w.pid) for w in spares), flush=True)\n"
