@@ -29,7 +29,8 @@ from pygls.protocol import LanguageServerProtocol
 
 from dice_lsp import __version__, actions, convert, status
 from dice_lsp.anatomy import Span
-from dice_lsp.session import Applied, NoProgress, ProgressReport, Session, Severity, Snapshot
+from dice_lsp.editor import Applied, NoProgress, ProgressReport, Severity, Snapshot
+from dice_lsp.session import Session
 
 log = logging.getLogger("dice_lsp")
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

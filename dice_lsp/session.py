@@ -1,5 +1,6 @@
 """The server's state and logic without a transport: the open files (text, anatomy, last check), the settings, and the
-generate, infill and benchmark commands. dice_lsp/server.py wires it to LSP; tests drive it with a fake Editor.
+generate, infill and benchmark commands. dice_lsp/server.py wires it to LSP; tests drive it with a fake Editor
+(dice_lsp/editor.py says what an editor must do, and what the session answers).
 
 Nothing here blocks the event loop: files (a linked reference, a command's file that is not open) are read on a
 thread of their own, and checks and generation run on worker threads that wait on child processes.
@@ -15,13 +16,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from dice_lsp import actions
 from dice_lsp.anatomy import Anatomy, Pairing, Span, find_reference, infill_split, parse, read_reference
 from dice_lsp.checking import CheckRunner
+from dice_lsp.editor import Answer, Editor, ProgressReport, Severity, Snapshot, Started
 from dice_lsp.generation import EngineWorker, GenerationCancelled, GenerationError
 from dice_lsp.generation_messages import Decoded, Job, Loading, Progress
 from dice_lsp.settings import Settings, read_settings
@@ -36,69 +38,8 @@ CANCEL_POLL_S = 0.2  # how often a generation or a check looks whether its progr
 UNTRUSTED = ("this workspace is not trusted, so kernels are not built or run. Trust the workspace to check kernels "
              "on save.")
 
-Severity = Literal["error", "warning", "info"]
 
-
-# -- what the session needs from the editor (server.py implements it over LSP; tests with a fake) ---------------------
-class ProgressReport(Protocol):
-    """One long job's progress in the editor."""
-
-    @property
-    def cancelled(self) -> bool: ...
-
-    def report(self, message: str) -> None: ...
-
-    def end(self, message: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class Applied:
-    applied: bool
-    reason: str = ""  # why the editor did not apply it
-
-
-class Editor(Protocol):
-    def publish(self, snapshot: Snapshot) -> None:
-        """Show the file's diagnostics: its anatomy's findings, and its last check when it was of this text."""
-
-    def clear(self, uri: str) -> None:
-        """Remove the file's diagnostics (it was closed)."""
-
-    def show(self, severity: Severity, message: str) -> None:
-        """A message the user sees (a notification)."""
-
-    def status(self, status: Status) -> None: ...
-
-    def refresh_views(self) -> None:
-        """Ask the editor to fetch code lenses and inlay hints again: a check's result changed them."""
-
-    async def configuration(self) -> Any:
-        """The `dice` settings section as the editor answers `workspace/configuration`; None when it cannot."""
-
-    async def progress(self, title: str) -> ProgressReport:
-        """Progress shown for a long job, which the user may cancel; one that reports nowhere when the editor shows
-        none."""
-
-    async def apply(self, uri: str, version: int, edit: actions.Replace, label: str) -> Applied:
-        """Apply `edit` to the file `uri` at `version` (the user confirms it first where the editor can ask)."""
-
-    async def show_document(self, uri: str) -> bool:
-        """Open the file in the editor; whether it did."""
-
-
-class NoProgress:
-    """Progress for an editor that shows none: reports nowhere, never cancelled."""
-
-    cancelled = False
-
-    def report(self, message: str) -> None:
-        pass
-
-    def end(self, message: str) -> None:
-        pass
-
-
-# -- what the session knows about one file, and what it answers ------------------------------------------------------
+# -- what the session knows about one file ---------------------------------------------------------------------------
 @dataclass
 class Document:
     text: str | None = None  # None: not open in the editor (read from disk when a command asks)
@@ -122,38 +63,6 @@ class Analysis:
     version: int
     anatomy: Anatomy
     pairing: Pairing | None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A file as analysed at one version, with its last check."""
-
-    uri: str
-    version: int  # of the text `anatomy` was read from
-    anatomy: Anatomy
-    reference_problem: str | None  # why a solution has no reference, when it has none
-    report: Report | None  # the last check, of whatever text was saved then
-    checked: bool  # `report` was computed on this very text
-
-    @property
-    def current_report(self) -> Report | None:
-        return self.report if self.checked else None
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What *Generate* and *Infill* answer the client."""
-
-    ok: bool
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class Started:
-    """What *Benchmark* answers the client."""
-
-    started: bool
-    message: str
 
 
 class Session:

@@ -13,7 +13,7 @@ import copy
 import json
 import re
 import sys
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, get_args, get_type_hints
 

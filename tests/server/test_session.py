@@ -17,7 +17,8 @@ from dice_lsp.engine import prompts
 from dice_lsp.generation import GenerationCancelled, GenerationError
 from dice_lsp.generation_messages import Decoded, Drafted, Loading
 from dice_lsp.harness.report import Report
-from dice_lsp.session import Applied, Session
+from dice_lsp.editor import Applied
+from dice_lsp.session import Session
 
 FILES = Path(__file__).parent.parent / "anatomy" / "files"
 
