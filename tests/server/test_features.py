@@ -1,4 +1,4 @@
-"""Hover, code lens and settings that change without a restart."""
+"""Hover, code lens, a check's progress, and settings that change without a restart."""
 
 from __future__ import annotations
 
@@ -68,3 +68,24 @@ async def test_settings_change_applies_without_restart_and_cuda_home_chooses_the
     assert await benchmark() == "checking"
     await events.status_reached(client, uri, "checking")
     client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))  # cancels
+
+
+@pytest.mark.asyncio
+async def test_a_check_shows_work_done_progress_that_ends_with_its_result(client: LanguageClient, events, tmp_path):
+    """The check's progress is standard $/progress (any client shows it), titled with the file, ended with the result
+    when the check's report lands."""
+    (tmp_path / "relu.py").write_text((Path(__file__).parent / "files" / "relu.py").read_text())
+    path = tmp_path / "broken_dice.py"
+    path.write_text("# dice: reference = relu.py\nimport torch\nimport torch.nn as nn\n\n"
+                    "raise RuntimeError('this solution fails at import')\n\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, x):\n        return torch.relu(x)\n")
+    uri = await events.opened(client, path)
+    await events.configure(client, trustedWorkspace=True, device="cpu", baseline="eager")
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="dice.server.benchmark", arguments=[uri]))
+    assert result == {"started": True, "message": "checking"}
+    await events.status_reached(client, uri, "idle")
+    [reports] = client.progress_reports.values()
+    assert reports[0].kind == "begin" and reports[0].title == "Checking broken_dice.py" and reports[0].cancellable
+    assert reports[-1].kind == "end" and reports[-1].message.startswith("crashed")
+    assert "this solution fails at import" in reports[-1].message
