@@ -179,10 +179,13 @@ def test_one_task_per_family_compiles_with_nvcc():
 
 
 def clean(report) -> bool:
-    """Correct with no warning or error finding. A solution that picks its kernel by the input's shape leaves its
-    other kernel unlaunched on these inputs: that note alone is not a failure (benchmarks/tasks_verify.py's rule)."""
-    return report.correct and not any(f.severity == "error" or (f.severity == "warning"
-                                                                 and f.code != "kernel-not-launched")
+    """Correct with no warning or error finding about the kernel. A solution that picks its kernel by the input's
+    shape leaves its other kernel unlaunched on these inputs: that note alone is not a failure (as in
+    benchmarks/tasks_verify.py); nor are the warnings about the check itself that the robust metric leaves out."""
+    from dice_lsp.evaluation.metrics import ABOUT_THE_CHECK
+
+    allowed = {"kernel-not-launched", *ABOUT_THE_CHECK}
+    return report.correct and not any(f.severity == "error" or (f.severity == "warning" and f.code not in allowed)
                                       for f in report.findings)
 
 
