@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from dice_lsp.evaluation.metrics import ABOUT_THE_CHECK
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
@@ -41,5 +43,7 @@ def test_the_cpp_example_is_correct_on_the_cpu(shared_build_cache):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["status"] == "correct", report["message"]
-    assert report["device"] == "cpu" and report["speedup_eager"] > 0 and not report["findings"]
+    assert report["device"] == "cpu" and report["speedup_eager"] > 0
+    # Nothing about the kernel; a busy machine may add a warning about the check itself (timing-unstable)
+    assert not [f for f in report["findings"] if f["code"] not in ABOUT_THE_CHECK], report["findings"]
     assert all(trial["max_abs_error"] == 0 for trial in report["trials"])  # the same arithmetic, to the bit
