@@ -154,6 +154,7 @@ class Worker:
         self.log_path = Path(self.directory) / "worker.log"
         argv = [sys.executable, "-m", "dice_lsp.harness.worker", str(write)]
         self.child_pid = 0
+        self.child_started = ""
         self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role)) if options.process_limit \
             else None
         applied = self.cgroup.applied if self.cgroup else []
@@ -177,6 +178,8 @@ class Worker:
                 finally:
                     os.close(info_write)
                 self.child_pid = _child_pid(info_read)
+                found = _stat(self.child_pid) if self.child_pid else []
+                self.child_started = found[19] if len(found) > 19 else ""
             else:
                 env["TMPDIR"] = self.directory
                 self.process = subprocess.Popen(
@@ -349,6 +352,14 @@ class Worker:
         except subprocess.TimeoutExpired:  # a sandbox that did not end on its PID 1's kill: end bwrap itself
             self._kill_group()
             self.process.wait()
+        if self.child_pid:  # bwrap killed from outside leaves its PID 1 to die on its own (a parent-death signal)
+            deadline = time.monotonic() + 10
+            while _running(self.child_pid, self.child_started) and time.monotonic() < deadline:
+                try:  # still the same process (its start time says so): its number names no other yet
+                    os.kill(self.child_pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    break
+                time.sleep(0.01)
 
     def close(self, wait: bool = True) -> None:
         """Kill the worker's process group and remove its directory; `wait=False` leaves the waiting for its end
@@ -451,6 +462,22 @@ def take_outputs(solution: Worker, exchange: str, options: Options) -> None:
                 shutil.copyfileobj(reader, writer, 1 << 20)
         finally:
             os.close(source)
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (state first); [] when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _running(pid: int, started: str) -> bool:
+    """Whether `pid` is still the process that started at `started` (clock ticks after boot) and has not ended
+    (a zombie has: it holds nothing but its exit status)."""
+    fields = _stat(pid)
+    return len(fields) > 19 and fields[19] == started and fields[0] not in ("Z", "X")
 
 
 def _spare_key(options: Options, extra: dict[str, str], role: str = "solution") -> tuple:
