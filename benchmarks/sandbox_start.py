@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -46,7 +47,7 @@ def main() -> None:
             times[name].append(start_once(options))
     medians = {name: (statistics.median(r for r, _ in rows), statistics.median(a for _, a in rows))
                for name, rows in times.items()}
-    result = {"machine": platform.node(), "cores": __import__("os").cpu_count(), "runs": args.runs,
+    result = {"machine": platform.node(), "cores": os.cpu_count(), "runs": args.runs,
               "median_running_s": {k: round(v[0], 4) for k, v in medians.items()},
               "median_answered_s": {k: round(v[1], 4) for k, v in medians.items()},
               "added_ms": round((medians["bubblewrap"][1] - medians["off"][1]) * 1000, 1),
