@@ -37,8 +37,10 @@ class _Check:
     """One check in progress; `workers` is shared with `Run.cancel`, which may kill them from another thread."""
 
     def __init__(self, reference: str, solution: str, options: Options, cancel: threading.Event,
-                 extra_env: dict[str, str] | None = None, pool: WorkerPool | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, pool: WorkerPool | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> None:
         self.reference, self.solution, self.options = reference, solution, options
+        self.on_stage = on_stage or (lambda name: None)  # told each stage's name as it begins (a CLI's progress)
         self.cancel = cancel
         self.extra_env = extra_env or {}
         self.pool = pool or process.default_pool  # where its workers come from and its reference worker is kept
@@ -164,6 +166,7 @@ class _Check:
         # A kept reference worker hands its trial inputs to the solution's worker over CUDA IPC, before the solution
         # is imported there (stages._receive_inputs); a new one writes them to the exchange file, read at verify
         handout = None if fresh or self.kept.reply is None else self.kept.reply.handout
+        self.on_stage("build")
         solution.send(Build(path=solution.file("solution.py", self.solution), options=options, handout=handout))
         if fresh:
             reference.send(MakeReference(path=reference.file("reference.py", self.reference), options=options,
@@ -196,6 +199,7 @@ class _Check:
         started = time.perf_counter()
         ref, reused = self.kept.reply, self.kept.reply is not None
         if ref is None:
+            self.on_stage("reference")
             ref = self.receive(reference, "reference", options.run_timeout)
         if isinstance(ref, Failed):
             self.stage("reference", started, "failed", ref.error)
@@ -217,6 +221,7 @@ class _Check:
                         reference_dtypes: tuple[str, ...]) -> Report:
         options = self.options
         started = time.perf_counter()
+        self.on_stage("run")
         # The trial inputs reach the solution's folder only now, after its import: the sandbox reads it, never writes
         process.hand_inputs(exchange, solution)
         ran = self.call(solution, RunSolution(exchange=solution.directory, outputs=solution.inner_scratch,
@@ -227,6 +232,7 @@ class _Check:
             self.stage("verify", started, "failed", ran.error)
             self.findings.append(Finding("crash", f"forward raised {ran.error}", self.forward_span(), "error"))
             return self.report("crashed", ran.error, log=ran.traceback)
+        self.on_stage("compare")
         compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
         handed = "outputs by CUDA IPC" if ran.outputs == "shared" else "outputs through a file"
         if not isinstance(compared, Failed) and compared.unshared:  # the outputs shared by CUDA IPC did not open
@@ -265,6 +271,7 @@ class _Check:
             return self.report("mismatch", message)
         wrong: list[Finding] = []
         if options.baseline != "none" or options.timing_trials > 0:
+            self.on_stage("time")
             crashed = rounds.time_sides(self, reference, solution)
             if crashed is not None:
                 return crashed
@@ -285,6 +292,7 @@ class _Check:
         """Who did forward's work: which kernels ran (profiler names against anatomy's) and each one's share of GPU
         time, or on the CPU each PyTorch operator's share; held against the reference's own kernels or operators
         (a fallback runs the reference's). `meanwhile` runs between sending the commands and reading the replies."""
+        self.on_stage("inspect")
         started = time.perf_counter()
         kernels = tuple(k.name for k in self.anatomy.kernels) if self.anatomy else ()
         solution.send(Inspect(kernels=kernels))
@@ -315,11 +323,14 @@ def check(reference: str, solution: str, options: Options | None = None,
 
 class Run:
     """A check on a background thread, started by `start()`; `cancel()` kills its solution's worker at once.
-    `on_done(report)` is called on that thread when the check ends, whatever ended it."""
+    `on_done(report)` is called on that thread when the check ends, whatever ended it; `on_stage(name)` there as each
+    stage begins (build, reference, run, compare, time, inspect)."""
 
     def __init__(self, reference: str, solution: str, options: Options | None = None,
-                 on_done: Callable[[Report], None] | None = None, pool: WorkerPool | None = None) -> None:
-        self._check = _Check(reference, solution, options or Options(), threading.Event(), pool=pool)
+                 on_done: Callable[[Report], None] | None = None, pool: WorkerPool | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> None:
+        self._check = _Check(reference, solution, options or Options(), threading.Event(), pool=pool,
+                             on_stage=on_stage)
         self._report: Report | None = None
         self._done = threading.Event()
         self._on_done = on_done
