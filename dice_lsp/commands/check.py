@@ -7,7 +7,7 @@ solution is its sibling `<name>_dice.py`.
 from __future__ import annotations
 
 import argparse
-import threading
+import queue
 from pathlib import Path
 
 from dice_lsp import harness
@@ -79,11 +79,16 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
     raise CommandError(f"no solution given and {sibling.name} does not exist; pass the solution file")
 
 
+# What the harness's stages (`harness.Run`'s on_stage) do, as the progress line says it
+STAGES = {"build": "building", "reference": "waiting for the reference's outputs", "run": "running the solution",
+          "compare": "comparing outputs", "time": "timing", "inspect": "inspecting what ran"}
+
+
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
     reference, solution = locate(args)
     progress = Progress(args.progress)
-    progress.stage(f"checking {solution}: build, verify, time")
+    progress.stage(f"checking {solution}")
     try:
         report = check_in_background(read_source(reference), read_source(solution), options, progress)
     finally:
@@ -93,14 +98,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_in_background(reference: str, solution: str, options: Options, progress: Progress) -> harness.Report:
-    """The check on the harness's own thread, while this (the main) thread shows how long it has run and takes the
-    signals: a Ctrl-C or SIGTERM raised here never lands inside the harness's bookkeeping, and the check is
-    cancelled (its solution worker killed, its reference worker closed) before the exception goes on."""
-    finished = threading.Event()
-    run = harness.Run(reference, solution, options, on_done=lambda report: finished.set()).start()
+    """The check on the harness's own thread, while this (the main) thread shows its stage and how long that has run,
+    and takes the signals: a Ctrl-C or SIGTERM raised here never lands inside the harness's bookkeeping, and the
+    check is cancelled (its solution worker killed, its reference worker closed) before the exception goes on.
+    The harness's thread only queues its stages and its end; this thread alone writes to the terminal."""
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    run = harness.Run(reference, solution, options, on_done=events.put, on_stage=events.put).start()
+    subject = progress.current
     try:
-        while not finished.wait(1.0):
-            progress.note(f"{progress.elapsed():.0f} s")
+        while True:
+            try:
+                event = events.get(timeout=1.0)
+            except queue.Empty:
+                progress.note(f"{progress.elapsed():.0f} s")
+                continue
+            if isinstance(event, harness.Report):
+                break
+            progress.stage(f"{subject}: {STAGES.get(event, event)}")
     except BaseException:
         run.cancel()
         try:

@@ -4,6 +4,7 @@ for with --progress, nothing otherwise; and `dice-lsp check --progress` as a use
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,5 +62,22 @@ def test_check_says_what_it_does_on_stderr_and_keeps_stdout_for_the_report(tmp_p
                            "--baseline", "none", "--timing-trials", "0", "--progress"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stderr.splitlines()[0] == "checking sol.py: build, verify, time"
+    assert done.stderr.splitlines()[:2] == ["checking sol.py", "checking sol.py: building"]
     assert done.stdout.startswith("sol.py: correct")
+
+
+def test_check_says_each_stage_of_the_harness_as_it_begins(tmp_path):
+    """A plain-PyTorch ModelNew builds nothing, so this runs every stage in seconds. The lines are the harness's
+    stage events in order (elapsed-time notes, every 10 s off a terminal, are left out), not a clock."""
+    reference = (HARNESS_FILES / "add_reference.py").read_text()
+    (tmp_path / "ref.py").write_text(reference)
+    (tmp_path / "sol.py").write_text(reference.replace("class Model(", "class ModelNew("))
+    done = subprocess.run([sys.executable, "-m", "dice_lsp", "check", "ref.py", "sol.py", "--device", "cpu",
+                           "--baseline", "eager", "--timing-trials", "3", "--progress"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.stdout.startswith("sol.py: correct"), done.stdout + done.stderr
+    stages = [line for line in done.stderr.splitlines()
+              if line.startswith("checking sol.py") and not re.search(r": \d+ s$", line)]
+    assert stages == ["checking sol.py"] + [f"checking sol.py: {what}" for what in (
+        "building", "waiting for the reference's outputs", "running the solution", "comparing outputs", "timing",
+        "inspecting what ran")]
