@@ -79,11 +79,11 @@ def test_segfault_ends_only_the_worker(files, options):
 
 
 def test_hang_times_out(files, options):
-    started = time.monotonic()
+    """Ended by the check's own run timeout (the one it was given, named in the message), not by the default one
+    or never: a forward that spins forever could otherwise only end at pytest's timeout."""
     report = check(files, "return self.ext.spin(a, b)", options.with_(run_timeout=4.0))
-    assert report.status == "timed-out"
+    assert report.status == "timed-out" and report.message == "verify ran past its 4 s limit"
     assert report.stages[-1].name == "verify" and report.stages[-1].status == "timed-out"
-    assert time.monotonic() - started < 30
 
 
 def test_work_left_on_another_thread(files, options):
@@ -104,12 +104,11 @@ def test_cancel_during_build_leaves_no_stale_lock_and_compile_error_lands_on_its
     broken = files.text("compile_error_solution.py")
     run = harness.Run(files.text("add_reference.py"), broken, options).start()
     extensions = Path(options.cache_dir)
-    deadline = time.monotonic() + 60
-    while not list(extensions.glob("harness_broken-*/dice.lock")) and time.monotonic() < deadline:
+    while not list(extensions.glob("harness_broken-*/dice.lock")):  # the build holds its lock now
         time.sleep(0.1)
-    time.sleep(1.0)  # the compiler is running now
+    time.sleep(1.0)  # most likely the compiler runs by now; if not, the cancel still lands inside the build
     run.cancel()
-    assert run.result(timeout=30).status == "cancelled"
+    assert run.result().status == "cancelled"
     [entry] = [lock.parent for lock in extensions.glob("harness_broken-*/dice.lock")]
     BuildLock(entry).acquire(timeout=0)  # the killed builder held it: free now (raises TimeoutError if not)
     assert not list(entry.glob("**/lock"))  # nor did torch's lock survive
@@ -152,19 +151,18 @@ def test_batch_equals_single(files, options):
 
 def test_batch_yields_each_report_as_its_check_ends_and_closing_cancels_the_rest(files, options):
     reference = files.text("add_reference.py")
+    # The hang outlasts pytest's timeout (900 s) and so does its run timeout: a close() that waited for it, or a
+    # first report held back until every check ended, fails the test rather than passing slowly
     pairs = [(reference, files.solution("return self.ext.add_values(a, b)")),
-             (reference, files.solution("__import__('time').sleep(600)")),  # hangs until its run timeout
+             (reference, files.solution("__import__('time').sleep(3600)")),
              (reference, files.solution("return self.ext.subtract(a, b)"))]
     threads = _threads()
-    each = harness.check_each(pairs, options.with_(run_timeout=300.0), workers=2)
+    each = harness.check_each(pairs, options.with_(run_timeout=3600.0), workers=2)
     index, report = next(each)  # one check slot on CPU: pairs run in order, the first ends long before the hang
     assert (index, report.status) == (0, "correct")
-    started = time.perf_counter()
     each.close()  # the hanging check is running: its workers are killed, the last pair never starts
-    assert time.perf_counter() - started < 30
-    deadline = time.monotonic() + 20
-    while _threads() - threads and time.monotonic() < deadline:
-        time.sleep(0.05)
+    for thread in _threads() - threads:  # every thread the batch started ends (waited for, not timed)
+        thread.join()
     assert not _threads() - threads
 
 

@@ -3,6 +3,7 @@ a check that cannot trust them (changed inputs file, another reference or option
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -81,15 +82,17 @@ def test_changed_inputs_file_other_options_and_failed_reference_are_not_reused(f
 
 def test_check_cancelled_during_the_build_keeps_its_reference_for_the_next_save(files, options, pool):
     reference = files.text("add_reference.py")
-    run = harness.Run(reference, files.solution("return a + b", prelude="__import__('time').sleep(600)\n"), options,
-                      pool=pool).start()
-    deadline = time.monotonic() + 60
-    while len(run._check.workers) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(2)  # the solution's import is sleeping: its build never ends
+    building = threading.Event()  # set as the build stage begins, or when the check ends (it should not yet)
+    run = harness.Run(reference, files.solution("return a + b", prelude="__import__('time').sleep(3600)\n"), options,
+                      pool=pool, on_done=lambda report: building.set(),
+                      on_stage=lambda stage: stage == "build" and building.set()).start()
+    building.wait()
     reference_worker, solution_worker = run._check.workers
+    while reference_worker.owed == 0 and not run.done():  # sent just after the solution's Build
+        time.sleep(0.01)
+    assert not run.done() and solution_worker.owed == 1  # the solution's import sleeps: its build never ends
     run.cancel()
-    assert run.result(timeout=30).status == "cancelled"
+    assert run.result().status == "cancelled"
     assert solution_worker.process.poll() is not None  # killed at once
     [entry] = pool.kept.values()
     assert entry.worker is reference_worker and entry.worker.process.poll() is None
@@ -124,8 +127,7 @@ def test_a_solution_worker_closed_without_waiting_still_ends_and_leaves_no_direc
     worker = process.Worker(options, warm=False)
     assert isinstance(worker.call(unknown_command, 60), messages.Failed)  # running and answering
     worker.close(wait=False)
-    deadline = time.monotonic() + 30
-    while (worker.process.poll() is None or Path(worker.directory).exists()) and time.monotonic() < deadline:
+    while worker.process.poll() is None or Path(worker.directory).exists():  # ends, however loaded the machine
         time.sleep(0.05)
     assert worker.ending() == "killed by SIGKILL" and not Path(worker.directory).exists()
 

@@ -45,11 +45,10 @@ def test_a_slow_gpu_forward_is_not_queued_past_the_warm_up_time():
     torch.cuda.synchronize()
     cycles = int(1_000_000 * 5.0 / probe_start.elapsed_time(probe_end))  # ~5 ms of GPU sleep
     calls.clear()
-    started = time.perf_counter()
     result = timing.measure(lambda: (calls.append(1), torch.cuda._sleep(cycles)), device, trials=3, warmup=2,
                             warm_s=0.01)
-    assert result["trials"] == 3 and 4.0 < result["median_ms"] < 7.0
-    assert len(calls) - 3 <= 4 and time.perf_counter() - started < 1.0
+    assert result["trials"] == 3 and 4.0 < result["median_ms"] < 7.0  # GPU time (events), which no host job stretches
+    assert len(calls) - 3 <= 4  # the warm-ups counted, not the host's time: a few, not hundreds
     calls.clear()  # ten warm-ups asked for: no more than ~10 ms of them are queued (and two at least)
     timing.measure(lambda: (calls.append(1), torch.cuda._sleep(cycles)), device, trials=3, warmup=10, warm_s=0.01)
     assert len(calls) - 3 <= 3
@@ -142,13 +141,11 @@ def _state(pid: int) -> str:
         return stat.read().rsplit(")", 1)[1].split()[0]  # R, S, T (stopped), ...
 
 
-def _stops(pid: int, seconds: float = 20.0) -> bool:
-    """Whether `pid` is stopped within `seconds`: a process takes SIGSTOP when it next runs, which on a loaded
-    machine (or in the middle of its exec) may be a while after the signal was sent."""
-    deadline = time.monotonic() + seconds
+def _stops(pid: int) -> bool:
+    """Whether `pid` is stopped, waiting until it is: a process takes SIGSTOP when it next runs, which on a loaded
+    machine (or in the middle of its exec) may be a while after the signal was sent. One never stopped fails the
+    test at pytest's timeout."""
     while _state(pid) != "T":
-        if time.monotonic() > deadline:
-            return False
         time.sleep(0.02)
     return True
 
@@ -189,11 +186,13 @@ def test_spares_stopped_when_their_caller_dies_are_continued_and_end(tmp_path):
         "pool.fill(options)\n"
         "spares = pool.spares(options)\n"
         "with pool.quiet():\n"
+        "    for w in spares:  # killed only once both are stopped, so the guard has something to continue\n"
+        "        while open(f'/proc/{w.pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'T':\n"
+        "            time.sleep(0.02)\n"
         "    print(' '.join(str(w.pid) for w in spares), flush=True)\n"
-        "    time.sleep(1)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n")
     root = str(Path(__file__).resolve().parents[2])
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=120,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root,
                           env={**os.environ, "PYTHONPATH": root})
     pids = [int(p) for p in done.stdout.split()]
     assert done.returncode == -9 and len(pids) == 2, done.stderr
@@ -204,12 +203,10 @@ def test_spares_stopped_when_their_caller_dies_are_continued_and_end(tmp_path):
         except FileNotFoundError:
             return False
 
-    deadline = time.monotonic() + 90
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    stopped = [pid for pid in pids if alive(pid) and _state(pid) == "T"]
-    for pid in pids:  # leave nothing behind, whatever the outcome
-        if alive(pid):
-            os.kill(pid, 9)
-    assert not stopped, "spares left stopped after their caller died"
-    assert not any(alive(pid) for pid in pids)
+    try:  # they end (waited for, not timed); spares left stopped never do, and fail the test at pytest's timeout
+        while any(alive(pid) for pid in pids):
+            time.sleep(0.1)
+    finally:
+        for pid in pids:  # leave nothing behind, whatever the outcome
+            if alive(pid):
+                os.kill(pid, 9)
