@@ -15,7 +15,7 @@ from dice_lsp.commands.terminal import shown
 from dice_lsp.engine.errors import EngineError
 from dice_lsp.harness import Options
 from dice_lsp.train.curate import curate
-from dice_lsp.train.tasks import generate, speed_weights
+from dice_lsp.train.tasks import FAMILIES, SPLITS, generate, speed_weights
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,9 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tasks.add_argument("--count", type=positive, default=100, help="how many tasks (default 100)")
     tasks.add_argument("--seed", type=int, default=0, help="the same seed writes the same tasks")
     tasks.add_argument("--families", nargs="+", default=None, metavar="FAMILY",
-                       help="op families (default: all): unary binary activation reduction softmax norm matmul fusion")
-    tasks.add_argument("--split", choices=("train", "heldout", "all"), default="train",
-                       help="which split to write; held-out tasks never enter training (default: train)")
+                       help=f"op families (default: all): {' '.join(FAMILIES)}")
+    tasks.add_argument("--split", choices=SPLITS, default="train",
+                       help="which split to write (default: train): heldout holds out op combinations, "
+                            "heldout-style holds out phrasings and layouts of the problem file (training ops "
+                            "written in ways no training task is); all is train and heldout. Held-out tasks "
+                            "never enter training")
     tasks.add_argument("--kernelbench", action="store_true",
                        help="OUT is a folder in KernelBench layout for `dice-lsp eval`: "
                             "OUT/levelN/K_family_template.py "

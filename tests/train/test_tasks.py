@@ -1,12 +1,14 @@
 """The task generator: every template renders solutions the anatomy reads as honest (one DICE split, kernels, no
-warnings), references run on the CPU and repeat themselves, ModelNew holds the same parameters as Model after the
-same seed, splits hold out whole parameter combinations, one task per family compiles with nvcc (slow), and on a
-GPU one instance of every template passes the harness.
+warnings), references run on the CPU (at a tiny size; the gigabyte sizes live only in the text) and repeat
+themselves, ModelNew holds the same parameters as Model after the same seed, splits hold out whole parameter
+combinations and whole layouts, one task per family compiles with nvcc (slow), and on a GPU one instance of every
+template passes the harness.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ import torch
 from dice_lsp.anatomy import parse
 from dice_lsp.train.data import read_pairs
 from dice_lsp.train.errors import TrainError
-from dice_lsp.train.tasks import FAMILIES, generate, render, split_of, templates
+from dice_lsp.train.tasks import FAMILIES, generate, problem, render, split_of, templates
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = [(family, name) for family in FAMILIES for name in templates(family)]
@@ -36,15 +38,15 @@ def _module(text: str, monkeypatch=None) -> dict:
 
 
 def test_every_family_has_several_templates():
-    assert len(ALL) >= 20
+    assert len(ALL) >= 40
     for family in FAMILIES:
-        assert len(templates(family)) >= 2, family
+        assert len(templates(family)) >= (1 if family == "attention" else 2), family
 
 
 @pytest.mark.parametrize("family,name", ALL)
 def test_solutions_read_as_honest(family, name):
     for seed in SEEDS:
-        task = render(family, name, seed)
+        task = render(family, name, seed, heldout_style=seed % 2 == 1)
         anatomy = parse(task.solution, task.reference)
         warnings = [(f.code, f.message) for f in anatomy.findings if f.severity in ("warning", "error")]
         assert not warnings, (seed, warnings)
@@ -60,17 +62,18 @@ def test_solutions_read_as_honest(family, name):
 @pytest.mark.parametrize("family,name", ALL)
 def test_references_run_on_cpu_and_repeat(family, name):
     for seed in range(2):
-        task = render(family, name, seed)
+        task = render(family, name, seed, heldout_style=seed == 1, size="tiny")
         module = _module(task.reference)
         outputs = []
         for _ in range(2):
             torch.manual_seed(7)
-            model = module["Model"](*module["get_init_inputs"]())
+            model = module["Model"](*module["get_init_inputs"]()).eval()  # as the harness runs it
             inputs = module["get_inputs"]()
-            assert all(t.device.type == "cpu" and t.dtype == torch.float32 for t in inputs)
+            assert all(t.device.type == "cpu" and (t.dtype == torch.float32 or not t.is_floating_point())
+                       for t in inputs)
             with torch.no_grad():
                 outputs.append(model(*inputs))
-        assert outputs[0].dtype == torch.float32 and torch.isfinite(outputs[0]).all(), seed
+        assert outputs[0].dtype in (torch.float32, torch.int64) and torch.isfinite(outputs[0]).all(), seed
         assert torch.equal(outputs[0], outputs[1]), seed
 
 
@@ -113,6 +116,59 @@ def test_generate_refuses_unknown_families():
         generate(0, 3, ["convolution"])
 
 
+def test_held_out_layouts_never_reach_training():
+    """A held-out-style task shows at least one held-out option (a phrasing, name or layout) and no training task
+    shows any: neither its layout key nor the option's text appears in training references."""
+    train = generate(0, 400, split="train") + generate(1, 200, split="heldout") + generate(2, 200, split="all")
+    styled = generate(0, 200, split="heldout-style")
+    assert all(t.split == "heldout-style" for t in styled) and {t.family for t in styled} == set(FAMILIES)
+    assert not {t.style for t in train} & {t.style for t in styled}
+    held = lambda options: options[options.index("|") + 1:]  # noqa: E731
+    texts = [phrase.split("{")[0] for phrase in held(problem.CLASS_PHRASES)] + [":param "]
+    names = [name for name in held(problem.ONE_NAMES)] + [n for pair in held(problem.TWO_NAMES) for n in pair]
+    names += [case(name) for options in problem.SIZE_NAMES.values() for name in held(options)
+              for case in (str, str.upper)]
+    local_sizes = re.compile(r"def get_(init_)?inputs\(\):\n    \w+ = ")  # the held-out "locals" layout
+
+    def held_out_shown(text: str) -> bool:
+        return (any(marker in text for marker in texts) or bool(local_sizes.search(text))
+                or any(re.search(rf"[ (]{re.escape(n)}\b", text) for n in names))
+
+    for task in train:
+        assert task.split in ("train", "heldout"), task.style
+        assert not held_out_shown(task.reference), task.reference
+    shown = [t for t in styled if held_out_shown(t.reference)]
+    assert len(shown) == len(styled)
+    # ... and the op combination of each is a training one, so the split measures the phrasing alone
+    assert all(split_of(t.family, t.template, t.shape_class) == "train" for t in styled)
+
+
+def test_layouts_vary_the_text_not_the_op():
+    """One op in many layouts: docstrings of each convention, hints, constants of each kind, rand and randn."""
+    tasks = [render("softmax", "warp_row", seed) for seed in range(60)]
+    refs = "\n".join(t.reference for t in tasks)
+    for marker in ('"""', "Args:", "Parameters\n", "-> torch.Tensor", "torch.rand(", "torch.randn(", "# ",
+                   "from torch import nn", ": int = "):
+        assert marker in refs, marker
+    assert len({t.style for t in tasks}) > 40
+
+
+def test_large_sizes_live_only_in_the_text():
+    """A large layout grows the problem's inputs to gigabytes (counted on the meta device, never allocated); a
+    tiny one shrinks them; the solution is the same text either way."""
+    grown = 0
+    for family, name in ALL:
+        big, drawn = render(family, name, 3, size="large"), render(family, name, 3, size="drawn")
+        assert big.solution == drawn.solution
+        space: dict = {}
+        with torch.device("meta"):
+            exec(compile(big.reference, "<large>", "exec"), space)
+            size = sum(t.numel() * t.element_size() for t in space["get_inputs"]())
+        grown += size > 1 << 29
+        assert size < 5 << 30, (family, name, size)
+    assert grown >= len(ALL) * 2 // 3
+
+
 def test_template_weights_shift_the_draw_and_reject_what_is_not_a_template():
     from collections import Counter
 
@@ -136,13 +192,13 @@ def test_data_tasks_favors_fast_templates_from_a_speedups_file(tmp_path):
     speedups = tmp_path / "speedups.json"
     speedups.write_text(json.dumps({f"norm/{name}": 0.0 for name in templates("norm")[1:]}))
     target = tmp_path / "tasks.jsonl"
-    command = [sys.executable, "-m", "dice_lsp", "data", "tasks", str(target), "--count", "20", "--families", "norm",
+    command = [sys.executable, "-m", "dice_lsp", "data", "tasks", str(target), "--count", "120", "--families", "norm",
                "--split", "all", "--favor-fast", str(speedups)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     drawn = [json.loads(line)["template"] for line in target.read_text().splitlines()]
     first = templates("norm")[0]  # the others are clamped to the floor: drawn, but rarely
-    assert drawn.count(first) > len(drawn) / 2
+    assert drawn.count(first) > 2 * max(drawn.count(other) for other in set(drawn) - {first})
     speedups.write_text("{not json")
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode != 0 and "is not JSON" in done.stderr
@@ -165,7 +221,10 @@ def test_data_tasks_writes_pairs_curate_and_sft_read(tmp_path):
 # shared-memory trees, tiles, two kernels on one stream).
 REPRESENTATIVES = [("unary", "float4"), ("activation", "grid_stride"), ("binary", "strided"),
                    ("reduction", "warp_per_row"), ("softmax", "block_row"), ("norm", "warp_row"),
-                   ("matmul", "tiled"), ("fusion", "scale_softmax_two_kernel")]
+                   ("matmul", "tiled"), ("fusion", "scale_softmax_two_kernel"), ("pooling", "max"),
+                   ("scan", "warp_row"), ("loss", "row_warp"), ("conv", "separable"), ("conv", "transposed"),
+                   ("attention", "block_per_query"), ("matmul", "strided_tiled"), ("norm", "group_rows"),
+                   ("norm", "frobenius"), ("reduction", "arg_thread_per_output")]
 
 
 @pytest.mark.slow

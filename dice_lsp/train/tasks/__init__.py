@@ -1,7 +1,10 @@
 """KernelBench-format training tasks whose CUDA solutions are correct by construction: `generate(seed, count)`.
 
-Each task comes from a template of an op family; its split ("train" or "heldout") is a stable hash of (family,
-template, shape class), so a held-out parameter combination never appears in training, whatever the seed.
+Each task comes from a template of an op family and is written in a layout (problem.py). Two things are held out
+of training: op combinations ("heldout": a stable hash of family, template and shape class, so a held-out
+combination never appears in training, whatever the seed) and layouts ("heldout-style": a reference that uses a
+phrasing, name or layout option that no training task uses; its op combination is a training one, so the split
+measures the phrasing alone).
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ import random
 from dataclasses import asdict, dataclass
 
 from dice_lsp.train.errors import TrainError
-from dice_lsp.train.tasks import elementwise, fusion, matmul, norm, reduce  # noqa: F401  (they register templates)
+from dice_lsp.train.tasks import attention, channel_norm, conv, elementwise, fusion, loss, matmul, norm, pooling, \
+    reduce, scan, strided, vector_norm  # noqa: F401  (they register templates)
 from dice_lsp.train.tasks.catalog import TEMPLATES
+from dice_lsp.train.tasks.problem import sample_layout, shown, write
 
-FAMILIES = ("unary", "binary", "activation", "reduction", "softmax", "norm", "matmul", "fusion")
+FAMILIES = ("unary", "binary", "activation", "reduction", "softmax", "norm", "matmul", "fusion", "pooling", "scan",
+            "loss", "conv", "attention")
 HELDOUT_PERCENT = 20
-SPLITS = ("train", "heldout", "all")
+SPLITS = ("train", "heldout", "heldout-style", "all")  # "all": train and heldout, in training layouts
 
 
 @dataclass(frozen=True)
@@ -26,9 +32,10 @@ class Task:
     family: str
     template: str
     shape_class: str
-    split: str  # "train" or "heldout"
+    split: str  # "train", "heldout" or "heldout-style"
     reference: str
     solution: str
+    style: str  # the reference's layout (problem.Layout.key)
 
     def record(self) -> dict[str, str]:
         """The JSONL line: what `dice-lsp data curate` and `train sft` read, plus where it came from."""
@@ -44,14 +51,21 @@ def templates(family: str) -> list[str]:
     return sorted(name for fam, name in TEMPLATES if fam == family)
 
 
-def render(family: str, template: str, seed: int) -> Task:
-    """The task one template draws from `seed`; the same arguments give the same task."""
+def render(family: str, template: str, seed: int, heldout_style: bool = False, size: str | None = None) -> Task:
+    """The task one template draws from `seed`; the same arguments give the same task. The op comes from `seed`
+    alone, the layout from `seed` and `heldout_style`; `size` ("tiny", "drawn", "large") overrides the layout's."""
     if (family, template) not in TEMPLATES:
         raise TrainError(f"no template {family}/{template}; templates are "
                          + ", ".join(f"{f}/{t}" for f, t in sorted(TEMPLATES)))
     draft = TEMPLATES[(family, template)](random.Random(f"{family}/{template}/{seed}"))
-    return Task(family, template, draft.shape_class, split_of(family, template, draft.shape_class),
-                draft.reference, draft.solution)
+    rng = random.Random(f"layout/{family}/{template}/{seed}/{heldout_style}")
+    layout = sample_layout(rng, heldout_style, size)
+    text = write(draft.reference, layout, rng)
+    layout = shown(draft.reference, layout)
+    split = split_of(family, template, draft.shape_class)
+    if layout.heldout:
+        split = "heldout-style" if split == "train" else "heldout-both"
+    return Task(family, template, draft.shape_class, split, text, draft.solution, layout.key)
 
 
 def speed_weights(speedups: dict[str, float | None], floor: float = 0.25, cap: float = 2.0) -> dict[str, float]:
@@ -74,7 +88,7 @@ def generate(seed: int, count: int, families: list[str] | tuple[str, ...] | None
     if unknown:
         raise TrainError(f"unknown task families {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
     if split not in SPLITS:
-        raise TrainError(f"unknown split {split!r}; choose train, heldout or all")
+        raise TrainError(f"unknown split {split!r}; choose {', '.join(SPLITS)}")
     for key, weight in (weights or {}).items():
         family, _, name = key.partition("/")
         if (family, name) not in TEMPLATES:
@@ -91,8 +105,8 @@ def generate(seed: int, count: int, families: list[str] | tuple[str, ...] | None
             raise TrainError(f"could only draw {len(tasks)} distinct {split} tasks of {', '.join(chosen)}; "
                              "ask for fewer or allow more families")
         family = chosen[len(tasks) % len(chosen)]
-        task = render(family, _draw(rng, family, weights), rng.getrandbits(48))
-        if split != "all" and task.split != split or task.solution in seen:
+        task = render(family, _draw(rng, family, weights), rng.getrandbits(48), split == "heldout-style")
+        if task.split not in ((split,) if split != "all" else ("train", "heldout")) or task.solution in seen:
             continue
         seen.add(task.solution)
         tasks.append(task)

@@ -8,12 +8,14 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
+from dice_lsp.train.tasks.problem import Problem
+
 
 @dataclass(frozen=True)
 class Draft:
     """One rendered task before its split is decided; `shape_class` names the parameter combination it belongs to."""
 
-    reference: str
+    reference: Problem
     solution: str
     shape_class: str
 

@@ -10,7 +10,8 @@ import random
 from dataclasses import dataclass
 
 from dice_lsp.train.tasks.catalog import Draft, size_class, sizes, template
-from dice_lsp.train.tasks.style import Style, reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.problem import problem
+from dice_lsp.train.tasks.style import Style, sample_style, solution_file
 
 
 @dataclass(frozen=True)
@@ -20,10 +21,12 @@ class Unary:
     cuda: str  # CUDA expression of the float `v`
     functional: bool = False
     positive: bool = False  # the input must be positive (log, sqrt)
+    imports: tuple[str, ...] = ()  # modules the reference imports besides torch
 
 
 def activations(rng: random.Random) -> list[Unary]:
     slope = rng.choice((0.01, 0.1, 0.2))
+    bound = rng.choice((1.0, 0.5, 2.0))
     return [
         Unary("relu", "torch.relu(x)", "fmaxf(v, 0.0f)"),
         Unary("gelu_tanh", 'F.gelu(x, approximate="tanh")',
@@ -38,6 +41,15 @@ def activations(rng: random.Random) -> list[Unary]:
         Unary("hardsigmoid", "F.hardsigmoid(x)", "fminf(fmaxf(v / 6.0f + 0.5f, 0.0f), 1.0f)", True),
         Unary("elu", "F.elu(x)", "v > 0.0f ? v : expm1f(v)", True),
         Unary("mish", "F.mish(x)", "v * tanhf(v > 20.0f ? v : log1pf(expf(v)))", True),
+        Unary("selu", rng.choice(("torch.selu(x)", "F.selu(x)")),
+              "1.0507009873554805f * (v > 0.0f ? v : 1.6732632423543772f * expm1f(v))", True),
+        Unary("hardtanh", f"F.hardtanh(x, min_val={-bound}, max_val={bound})", f"fminf(fmaxf(v, {-bound}f), {bound}f)",
+              True),
+        Unary("softsign", rng.choice(("F.softsign(x)", "x / (1 + torch.abs(x))")), "v / (1.0f + fabsf(v))", True),
+        Unary("swish", "x * torch.sigmoid(x)", "v / (1.0f + expf(-v))"),
+        Unary("new_gelu", "0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))",
+              "0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))", imports=("math",)),
+        Unary("relu6", "F.relu6(x)", "fminf(fmaxf(v, 0.0f), 6.0f)", True),
     ]
 
 
@@ -161,10 +173,10 @@ def _unary_task(rng: random.Random, name: str, op: Unary) -> Draft:
     shape = sizes(rng, rank, (1 << 14, 1 << 22), multiple=4 if name == "float4" else 1)
     style = sample_style(rng, op.stem)
     constants, shape_names = _shape_text(shape)
-    reference = reference_file(
+    reference = problem(
         init_params="", init_body="", forward_params="x", forward_body=f"return {op.torch}",
         constants=constants, inputs=_random(shape_names, op.positive), init_inputs="", functional=op.functional,
-        doc=f"Applies {op.stem.replace('_', ' ')} elementwise." if rng.random() < 0.5 else "")
+        what=f"the {op.stem.replace('_', ' ')} function, elementwise", imports=op.imports)
     cuda = style.fill(_UNARY_TEMPLATES[name], includes=style.includes(), kernel=style.kernel(), expr=op.cuda,
                       device=f"{op.stem}_op" if style.naming % 2 else f"apply_{op.stem}", what=op.stem,
                       inputs=style.inputs("x"))
@@ -377,10 +389,11 @@ def _binary_task(rng: random.Random, name: str) -> Draft:
     if name == "row_broadcast":
         b_dims = names[-1]
     b_input = f"torch.rand({b_dims}) + 0.5" if op.positive_b else f"torch.randn({b_dims})"
-    reference = reference_file(
+    reference = problem(
         init_params="", init_body="", forward_params="a, b", forward_body=f"return {op.torch}", constants=constants,
         inputs=f"torch.randn({', '.join(names)}), {b_input}", init_inputs="",
-        doc=f"Elementwise {op.stem} with broadcasting." if rng.random() < 0.5 else "")
+        what=f"an elementwise {op.stem.replace('_', ' ')} of two tensors" + (" with broadcasting" if kind != "same" else ""),
+        grow=None if name == "column_broadcast" else "first")
     style = sample_style(rng, f"{op.stem}_{kind}" if kind != "same" else op.stem)
     cuda = style.fill(_BINARY_TEMPLATES[name], includes=style.includes(), kernel=style.kernel(), expr=op.cuda,
                       what=op.stem, inputs=style.inputs("a", "b"),

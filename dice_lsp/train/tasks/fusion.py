@@ -9,7 +9,8 @@ import re
 
 from dice_lsp.train.tasks.catalog import Draft, size_class, sizes, template
 from dice_lsp.train.tasks.elementwise import _shape_names, activations
-from dice_lsp.train.tasks.style import reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.problem import problem
+from dice_lsp.train.tasks.style import sample_style, solution_file
 
 _ADD_ACT = """${includes}
 
@@ -87,11 +88,12 @@ def _add_act(rng: random.Random) -> Draft:
     total = rng.choice(("a + b", "torch.add(a, b)"))
     summed = f"({total})" if "+" in total else total
     body = "return " + re.sub(r"\bx\b", summed, act.torch)
-    reference = reference_file(
+    reference = problem(
         init_params="", init_body="", forward_params="a, b", forward_body=body,
         constants="\n".join(f"{n} = {v}" for n, v in zip(names, shape)),
         inputs=f"torch.randn({', '.join(names)}), torch.randn({', '.join(names)})", init_inputs="",
-        functional=act.functional)
+        functional=act.functional, what=f"the sum of two tensors followed by {act.stem.replace('_', ' ')}",
+        imports=act.imports)
     cuda = style.fill(_ADD_ACT, includes=style.includes(), kernel=style.kernel(), act_fn=f"{act.stem}_fn",
                       expr=act.cuda, what=f"add then {act.stem}", inputs=style.inputs("a", "b"))
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor a, torch::Tensor b);",
@@ -108,10 +110,11 @@ def _bias_act(rng: random.Random) -> Draft:
     style = sample_style(rng, stem)
     init = "self.bias = nn.Parameter(torch.randn(dim) * 0.1)"
     body = "return " + re.sub(r"\bx\b", "x + self.bias", act.torch)
-    reference = reference_file(
+    reference = problem(
         init_params="dim: int", init_body=init, forward_params="x", forward_body=body,
         constants="\n".join(f"{n} = {v}" for n, v in zip(names, shape)),
-        inputs=f"torch.randn({', '.join(names)})", init_inputs=names[-1], functional=act.functional)
+        inputs=f"torch.randn({', '.join(names)})", init_inputs=names[-1], functional=act.functional,
+        what=f"a learned bias added to each row, then {act.stem.replace('_', ' ')}", imports=act.imports)
     cuda = style.fill(_BIAS_ACT, includes=style.includes(), kernel=style.kernel(), act_fn=f"{act.stem}_fn",
                       expr=act.cuda, what=f"bias then {act.stem}", inputs=style.inputs("x", "bias"))
     solution = solution_file(style, cuda=cuda,

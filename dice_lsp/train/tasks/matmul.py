@@ -11,7 +11,8 @@ import re
 
 from dice_lsp.train.tasks.catalog import Draft, template
 from dice_lsp.train.tasks.elementwise import activations
-from dice_lsp.train.tasks.style import reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.problem import problem
+from dice_lsp.train.tasks.style import sample_style, solution_file
 
 _NAIVE = """${includes}
 
@@ -148,12 +149,14 @@ def _matmul_task(rng: random.Random, name: str, family: str) -> Draft:
     forward_params = "a, b" if source == "inputs" else "x"
     constants = f"M = {m}\nK = {k}\nN = {n}" if source == "inputs" else \
         f"batch_size = {m}\nin_features = {k}\nout_features = {n}" + (f"\nscale = {scale}" if scale_param else "")
-    reference = reference_file(
+    reference = problem(
         init_params=init_params, init_body="\n".join(init), forward_params=forward_params,
         forward_body="\n".join(lines + ["return y"]), constants=constants,
         inputs="torch.randn(M, K), torch.randn(K, N)" if source == "inputs" else "torch.randn(batch_size, in_features)",
         init_inputs="" if source == "inputs" else "in_features, out_features" + (", scale" if scale_param else ""),
-        functional=act.functional and "act" in steps)
+        functional=act.functional and "act" in steps, imports=act.imports if "act" in steps else (),
+        what="a matrix multiplication" + (" with a fused epilogue" if steps or has_bias else ""), max_gb=1.0,
+        limit=1_000_000)  # grid.y of the 16-row tiles
     # The solution: B is [K, N] except nn.Linear's weight, [N, K].
     a, b = ("a", "b") if source == "inputs" else ("x", "weight")
     b_at = "B[(${idx})col * K + k]" if source == "linear" else "B[(${idx})k * N + col]"

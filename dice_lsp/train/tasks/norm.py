@@ -11,7 +11,8 @@ import random
 
 from dice_lsp.train.tasks.catalog import Draft, sizes, template
 from dice_lsp.train.tasks.elementwise import _shape_names
-from dice_lsp.train.tasks.style import reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.problem import problem
+from dice_lsp.train.tasks.style import sample_style, solution_file
 
 _WARP = """${includes}
 
@@ -156,10 +157,11 @@ def _norm_task(rng: random.Random, name: str) -> Draft:
     stem = f"{kind}_norm"
     style = sample_style(rng, stem, (128, 256, 512))
     init, forward, functional, mine = _reference_parts(rng, kind, affine, eps)
-    reference = reference_file(
+    reference = problem(
         init_params="normalized_shape: int", init_body=init, forward_params="x", forward_body=forward,
         constants="\n".join(f"{n} = {v}" for n, v in zip(names, shape)),
-        inputs=f"torch.randn({', '.join(names)})", init_inputs=names[-1], functional=functional)
+        inputs=f"torch.randn({', '.join(names)})", init_inputs=names[-1], functional=functional,
+        what=f"{'layer' if kind == 'layer' else 'RMS'} normalization over the last dimension")
     tensors = ["x"] + (["weight"] if affine != "none" else []) + (["bias"] if affine == "weight_bias" else [])
     params = "".join(f"const float*{style.ptr} {t}, " for t in tensors[1:])
     pointers = "".join(f"{t}.data_ptr<float>(), " for t in tensors[1:])

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from dice_lsp.train.tasks.catalog import Draft, sizes, template
 from dice_lsp.train.tasks.elementwise import _shape_names
-from dice_lsp.train.tasks.style import reference_file, sample_style, solution_file
+from dice_lsp.train.tasks.problem import problem
+from dice_lsp.train.tasks.style import sample_style, solution_file
 
 
 @dataclass(frozen=True)
@@ -194,12 +195,12 @@ def _reduce_task(rng: random.Random, name: str) -> Draft:
     style = sample_style(rng, f"{op.stem}_reduce", (128, 256, 512))
     keep_line = ("    sizes[d] = 1;" if keepdim else "    sizes.erase(sizes.begin() + d);")
     shape_lines = f"    auto sizes = x.sizes().vec();\n{keep_line}\n    auto y = torch::empty(sizes, x.options());"
-    reference = reference_file(
+    reference = problem(
         init_params="dim: int", init_body="self.dim = dim", forward_params="x",
         forward_body=f"return {op.torch.format(dim='self.dim')}",
         constants="\n".join(f"{n} = {v}" for n, v in zip(names, shape)) + f"\nreduce_dim = {dim_text}",
         inputs=f"torch.randn({', '.join(names)})", init_inputs="reduce_dim",
-        doc=f"{op.stem.capitalize()} over one dimension." if rng.random() < 0.5 else "")
+        what=f"a {op.stem} reduction over one dimension")
     cuda = style.fill(_REDUCE_TEMPLATES[name], includes=style.includes("cfloat"), kernel=style.kernel(),
                       combine=op.combine, combine_fn=f"combine_{op.stem}" if style.naming < 2 else f"{op.stem}_op",
                       init=op.init, final=op.final, what=op.stem, inputs=style.inputs("x"), geometry=_GEOMETRY,
@@ -463,10 +464,12 @@ def softmax_task(rng: random.Random, name: str, family: str) -> Draft:
     init, forward, functional = _softmax_reference(rng, log, dim_literal, scaled)
     init_body = ("self.scale = scale\n" if scaled else "") + init
     output = "v - m - logf(s)" if log else rng.choice(("expf(v - m) / s", "expf(v - m) * (1.0f / s)"))
-    reference = reference_file(
+    reference = problem(
         init_params=init_params, init_body=init_body, forward_params="x", forward_body=forward,
         constants="\n".join(f"{n} = {v}" for n, v in zip(names, shape)) + (f"\nscale = {scale}" if scaled else ""),
-        inputs=f"torch.randn({', '.join(names)})", init_inputs="scale" if scaled else "", functional=functional)
+        inputs=f"torch.randn({', '.join(names)})", init_inputs="scale" if scaled else "", functional=functional,
+        what=("a scaled " if scaled else "a ") + ("log-softmax" if log else "softmax") + f" over dimension {dim_literal}",
+        grow=None if name == "column" else "first")
     cuda = style.fill(_SOFTMAX_TEMPLATES[name], includes=style.includes("cfloat"), kernel=style.kernel(),
                       stats_kernel=style.kernel("stats"), output=output, what=stem.replace("_", " "),
                       inputs=style.inputs("x"), geometry=_GEOMETRY, block_reduce="block_reduce",
@@ -489,3 +492,67 @@ for _name in _SOFTMAX_TEMPLATES:
     template("softmax", _name)(lambda rng, name=_name: softmax_task(rng, name, "softmax"))
 template("fusion", "scale_softmax_warp")(lambda rng: softmax_task(rng, "warp_row", "fusion"))
 template("fusion", "scale_softmax_two_kernel")(lambda rng: softmax_task(rng, "two_kernel", "fusion"))
+
+
+# -- argmax / argmin --------------------------------------------------------------------------------------------------
+_ARG = """${includes}
+
+// ${what} along any dim: the input is [outer, r, inner]; each thread walks one line and keeps the first best index
+__global__ void ${kernel}(const float*${ptr} x, int64_t*${ptr} y, int64_t outer, int64_t r, int64_t inner) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= outer * inner) return;
+    const float* line = x + (t / inner) * r * inner + t % inner;
+    float best = line[0];
+    int64_t at = 0;
+    for (int64_t k = 1; k < r; ++k) {
+        const float v = line[k * inner];
+        if (v ${better} best) {
+            best = v;
+            at = k;
+        }
+    }
+    y[t] = at;
+}
+
+torch::Tensor ${host}(torch::Tensor x, int64_t dim) {
+${inputs}
+${geometry}
+${shape}
+    const int threads = ${block};
+    const int blocks = (int)((outer * inner + threads - 1) / threads);
+${stream}
+    ${kernel}<<<blocks, threads, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<int64_t>(), outer, r, inner);
+${checked}
+    return y;
+}
+"""
+
+
+def _arg_task(rng: random.Random) -> Draft:
+    rank = rng.choice((2, 3))
+    shape = sizes(rng, rank, (1 << 14, 1 << 22))
+    dim = rng.randrange(rank)
+    keepdim = rng.random() < 0.3
+    op = rng.choice(("argmax", "argmin"))
+    keep = ", keepdim=True" if keepdim else ""
+    body = rng.choice((f"return torch.{op}(x, dim=self.dim{keep})", f"return x.{op}(dim=self.dim{keep})"))
+    names = _shape_names(shape)
+    reference = problem(
+        init_params="dim: int", init_body="self.dim = dim", forward_params="x", forward_body=body,
+        constants="\n".join(f"{n} = {v}" for n, v in zip(names, shape)) + f"\nreduce_dim = {dim}",
+        inputs=f"torch.randn({', '.join(names)})", init_inputs="reduce_dim",
+        what=f"the index of the {'largest' if op == 'argmax' else 'smallest'} value along one dimension",
+        grow=None if dim == 0 else "first")
+    style = sample_style(rng, op)
+    keep_line = "    sizes[d] = 1;" if keepdim else "    sizes.erase(sizes.begin() + d);"
+    shape_lines = (f"    auto sizes = x.sizes().vec();\n{keep_line}\n"
+                   "    auto y = torch::empty(sizes, x.options().dtype(torch::kLong));")
+    cuda = style.fill(_ARG, includes=style.includes(), kernel=style.kernel(), what=op, inputs=style.inputs("x"),
+                      geometry=_GEOMETRY, shape=shape_lines, better=">" if op == "argmax" else "<")
+    solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor x, int64_t dim);",
+                             init_params="dim: int", init_body="self.dim = dim", forward_params="x",
+                             call_args=f"{style.arg('x')}, self.dim")
+    return Draft(reference, solution, f"{op}-rank{rank}-dim{dim}{'-keep' if keepdim else ''}")
+
+
+template("reduction", "arg_thread_per_output")(_arg_task)
