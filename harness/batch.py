@@ -1,18 +1,24 @@
-"""Batch mode for eval, RL and data curation: build every solution in parallel on all cores, then check each.
+"""Batch mode for eval, RL and data curation: build solutions in parallel on all cores and check them, one per
+visible GPU at a time (one on CPU), through the same pipeline as single mode.
 
-Checks run one per visible GPU at a time (one on CPU), through the same pipeline as single mode.
+`check_each` builds a whole batch, then checks it. `Pipeline` overlaps batches: the next batch's builds run while
+this one's checks do, so the GPU checks while the compilers work (`dice-lsp eval` over a level of many problems).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import shutil
 import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 from dice_lsp.harness import process
 from dice_lsp.harness.errors import HarnessError
@@ -21,6 +27,8 @@ from dice_lsp.harness.options import Options
 from dice_lsp.harness.pipeline import _Check
 from dice_lsp.harness.process import WorkerPool
 from dice_lsp.harness.report import Report
+
+log = logging.getLogger(__name__)
 
 
 def visible_gpus() -> list[str]:
@@ -36,26 +44,52 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
+@dataclass(frozen=True)
+class Event:
+    """What a pipeline is doing, for a progress line (and for tests of what overlapped): told from the thread that
+    does it, so a listener must be quick and thread-safe."""
+
+    kind: Literal["build-start", "build-end", "check-start", "check-end"]
+    batch: int  # the batch's number, from 0 in the order submitted
+    index: int  # the pair's place in its batch
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One pair's report, with what it cost: the check's own build stage is only a cache lookup once prebuilt."""
+
+    index: int
+    report: Report
+    build_s: float  # building its solution (a worker's start, the compilers, the cache entry); shared by equal texts
+    check_s: float  # its check, from taking its workers to its report
+
+
+def _build(text: str, options: Options, env: dict[str, str], cancel: threading.Event | None = None) -> None:
+    """Fill the build cache for one solution in a worker of its own; a failure is left for the check to report,
+    exactly as single mode would."""
+    cached = options.with_(cache_dir=options.extensions_dir)
+    worker = process.Worker(options, env, warm=False)
+    try:
+        worker.send(Build(path=worker.file("solution.py", text), options=cached))
+        process.serve_builds(worker, cached, options.build_timeout, cancel, extra_env=env)
+    except HarnessError:
+        pass
+    finally:
+        worker.close()
+
+
+def _build_env(cores: int, parallel: int) -> dict[str, str]:
+    return {"MAX_JOBS": str(max(1, cores // max(1, parallel)))}
+
+
 def prebuild(solutions: Sequence[str], options: Options, workers: int | None = None) -> None:
     """Fill the build cache for every solution, `workers` builds at a time, sharing the cores between them."""
     solutions = list(dict.fromkeys(solutions))  # RL groups and re-runs repeat texts: build each once
     cores = os.cpu_count() or 1
     parallel = max(1, min(workers or cores, len(solutions) or 1))
-    env = {"MAX_JOBS": str(max(1, cores // parallel))}
-    cached = options.with_(cache_dir=options.extensions_dir)
-
-    def build(text: str) -> None:
-        worker = process.Worker(options, env, warm=False)
-        try:
-            worker.send(Build(path=worker.file("solution.py", text), options=cached))
-            process.serve_builds(worker, cached, options.build_timeout, extra_env=env)
-        except HarnessError:
-            pass  # the check that follows reports it, exactly as single mode would
-        finally:
-            worker.close()
-
+    env = _build_env(cores, parallel)
     with ThreadPoolExecutor(parallel) as pool:
-        list(pool.map(build, solutions))
+        list(pool.map(lambda text: _build(text, options, env), solutions))
 
 
 def prepare(options: Options) -> str:
@@ -91,26 +125,50 @@ def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None,
     checks in progress (their workers are killed) and starts no more. `pool`: where the checks' workers come from
     (None: `process.default_pool`); it keeps spares for the next checks while the batch runs."""
     options = options or Options()
-    pool = pool or process.default_pool
     prebuild([solution for _, solution in pairs], options, workers)
-    slots = (gpus if gpus is not None else visible_gpus()) if options.device != "cpu" else []
-    todo: queue.Queue[int] = queue.Queue()
+    ready: queue.Queue[int | None] = queue.Queue()
     for index in range(len(pairs)):
-        todo.put(index)
-    done: queue.Queue[tuple[int, Report] | None] = queue.Queue()
-    cancel = threading.Event()
+        ready.put(index)
+    with closing(_checks(pairs, ready, options, gpus, pool or process.default_pool)) as each:
+        for checked in each:
+            yield checked.index, checked.report
+
+
+def _checks(pairs: Sequence[tuple[str, str]], ready: queue.Queue[int | None], options: Options,
+            gpus: list[str] | None, pool: WorkerPool, on_check: Callable[[str, int], None] = lambda kind, index: None,
+            cancel: threading.Event | None = None) -> Iterator[Checked]:
+    """Each pair checked as its index comes out of `ready` (built by then), one check per GPU slot at a time; ends
+    when every pair is checked, or at None (the builds were cancelled). `on_check("check-start"|"check-end", i)`
+    is told on the checking thread. Closing it early cancels the checks in progress and starts no more."""
+    slots = (gpus if gpus is not None else visible_gpus()) if options.device != "cpu" else []
+    done: queue.Queue[Checked | None] = queue.Queue()
+    cancel = cancel or threading.Event()
+    taken = [0]  # indices taken so far, shared by the slots (under `lock`)
+    lock = threading.Lock()
+
+    def take() -> int | None:
+        with lock:
+            if taken[0] >= len(pairs) or cancel.is_set():
+                return None
+            index = ready.get()
+            if index is None:
+                cancel.set()
+                return None
+            taken[0] += 1
+            return index
 
     def drain(gpu: str | None) -> None:
         env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
         local = options.with_(device="cuda") if gpu is not None and options.device.startswith("cuda:") else options
         try:
-            while not cancel.is_set():
-                try:
-                    index = todo.get_nowait()
-                except queue.Empty:
-                    return
+            while (index := take()) is not None:
                 reference, solution = pairs[index]
-                done.put((index, _Check(reference, solution, local, cancel, env, pool).run()))
+                on_check("check-start", index)
+                started = time.perf_counter()
+                report = _Check(reference, solution, local, cancel, env, pool).run()
+                seconds = time.perf_counter() - started
+                on_check("check-end", index)
+                done.put(Checked(index, report, 0.0, seconds))
         finally:
             done.put(None)  # this slot has finished
 
@@ -131,5 +189,99 @@ def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None,
                     yield item
         finally:
             cancel.set()
+            ready.put(None)  # a slot waiting for a build that will not come
             for thread in threads:
                 thread.join()
+
+
+class _Batch:
+    """One submitted batch: its pairs, the indices whose builds have ended (in that order), each build's seconds."""
+
+    def __init__(self, number: int, pairs: Sequence[tuple[str, str]]) -> None:
+        self.number = number
+        self.pairs = list(pairs)
+        self.built: queue.Queue[int | None] = queue.Queue()
+        self.build_s: dict[int, float] = {}
+
+
+class Pipeline:
+    """Batches of (reference, solution) pairs, built on all cores while the batch before is checked.
+
+    `submit(pairs)` queues a batch's builds at once (behind those submitted earlier, every core busy across the
+    batches' edges); `results(batch)` checks that batch, each pair as soon as its build has ended, and yields each
+    `Checked` as its check ends. A caller submits the next batch, then takes this one's results: the GPU checks one
+    batch while the compilers work on the next, and nothing else of the caller's (a decoder) shares the GPU with a
+    check, since submitting runs no code of the candidates'. Closing cancels the builds and checks still running."""
+
+    def __init__(self, options: Options | None = None, workers: int | None = None, gpus: list[str] | None = None,
+                 pool: WorkerPool | None = None, on_event: Callable[[Event], None] | None = None) -> None:
+        self.options = options or Options()
+        self.gpus = gpus
+        self.pool = pool or process.default_pool
+        self.on_event = on_event or (lambda event: None)
+        self.cores = os.cpu_count() or 1
+        self.parallel = max(1, workers or self.cores)
+        self.builders = ThreadPoolExecutor(self.parallel, thread_name_prefix="dice-build")
+        self.cancel = threading.Event()
+        self.batches: list[_Batch] = []
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, pairs: Sequence[tuple[str, str]]) -> int:
+        """Queue the builds of a batch; returns its number for `results`."""
+        batch = _Batch(len(self.batches), pairs)
+        self.batches.append(batch)
+        texts: dict[str, list[int]] = {}
+        for index, (_, solution) in enumerate(batch.pairs):
+            texts.setdefault(solution, []).append(index)  # RL groups and re-runs repeat texts: build each once
+        env = _build_env(self.cores, min(self.parallel, len(texts)))
+        for text, indices in texts.items():
+            self.builders.submit(self._build, batch, text, indices, env)
+        return batch.number
+
+    def _build(self, batch: _Batch, text: str, indices: list[int], env: dict[str, str]) -> None:
+        """Build one text of a batch; its pairs are handed to the checks however the build ends (a failed build
+        is the check's to report; a cancelled one leaves checks that are cancelled too)."""
+        seconds = 0.0
+        try:
+            if not self.cancel.is_set():
+                for index in indices:
+                    self._tell(Event("build-start", batch.number, index))
+                started = time.perf_counter()
+                _build(text, self.options, env, self.cancel)
+                seconds = time.perf_counter() - started
+                for index in indices:
+                    self._tell(Event("build-end", batch.number, index))
+        finally:
+            for index in indices:
+                batch.build_s[index] = seconds
+                batch.built.put(index)
+
+    def _tell(self, event: Event) -> None:
+        try:
+            self.on_event(event)
+        except Exception:  # a listener's bug must not end a build or a check
+            log.exception("a batch event listener failed")
+
+    def results(self, number: int) -> Iterator[Checked]:
+        """Check batch `number` (builds still running keep running), yielding each pair's `Checked` as its check
+        ends; closing the iterator early cancels that batch's checks in progress and starts no more."""
+        batch = self.batches[number]
+
+        def on_check(kind: str, index: int) -> None:
+            self._tell(Event(kind, batch.number, index))  # type: ignore[arg-type]
+
+        with closing(_checks(batch.pairs, batch.built, self.options, self.gpus, self.pool, on_check)) as each:
+            for checked in each:
+                yield Checked(checked.index, checked.report, batch.build_s.get(checked.index, 0.0), checked.check_s)
+
+    def close(self) -> None:
+        """Cancel the builds still running (their workers and compilers are killed) and wait for their threads."""
+        self.cancel.set()
+        self.builders.shutdown(wait=True, cancel_futures=True)
+        for batch in self.batches:  # a builds' queue that a cancelled build never reached
+            batch.built.put(None)

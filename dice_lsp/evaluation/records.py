@@ -1,6 +1,7 @@
 """One JSON line per evaluated sample (`samples.jsonl`), appended as each finishes so a killed run resumes.
 
-A record holds the problem, level, sample index, the kernel's text and the harness's full `Report`.
+A record holds the problem, level, sample index, the kernel's text, the harness's full `Report` and what the sample
+cost: generating, building and checking it, in seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class SampleRecord:
     source: str = ""  # the solution file it came from, or "generated"
     note: str = ""  # why `kernel` is empty, or how it was obtained
     seconds: float = 0.0  # generation time of this sample's batch, shared by its samples
+    build_s: float = 0.0  # building its kernel before the check (shared by samples of the same text); 0: not built
+    check_s: float = 0.0  # its check, whose own build stage then only finds the cache entry; 0: not checked
 
     @property
     def key(self) -> Key:
@@ -39,7 +42,8 @@ class SampleRecord:
     def to_json(self) -> str:
         return json.dumps({"level": self.level, "problem": self.problem, "sample": self.sample,
                            "kernel": self.kernel, "source": self.source, "note": self.note,
-                           "seconds": round(self.seconds, 4), "report": json.loads(self.report.to_json())},
+                           "seconds": round(self.seconds, 4), "build_s": round(self.build_s, 4),
+                           "check_s": round(self.check_s, 4), "report": json.loads(self.report.to_json())},
                           sort_keys=True)
 
     @classmethod
@@ -47,7 +51,8 @@ class SampleRecord:
         raw = json.loads(text)
         return cls(level=int(raw["level"]), problem=raw["problem"], sample=int(raw["sample"]),
                    kernel=raw.get("kernel", ""), report=Report.from_json(raw["report"]),
-                   source=raw.get("source", ""), note=raw.get("note", ""), seconds=float(raw.get("seconds", 0.0)))
+                   source=raw.get("source", ""), note=raw.get("note", ""), seconds=float(raw.get("seconds", 0.0)),
+                   build_s=float(raw.get("build_s", 0.0)), check_s=float(raw.get("check_s", 0.0)))
 
 
 class RecordLog:

@@ -1,15 +1,20 @@
-"""An evaluation run: for each batch of pending samples, get kernels from the source, check them, append records.
+"""An evaluation run: for each batch of pending samples, get kernels from the source, build and check them, append
+records.
 
-Generating and checking alternate and never overlap, so the decoder never shares the GPU with a timed kernel.
+The next batch's kernels are fetched and built while this batch is checked: builds use the cores while checks use the
+GPU. Fetching (a decoder, for generated kernels) and checking never overlap, so the decoder never shares the GPU with
+a timed kernel.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import deque
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -21,6 +26,7 @@ from dice_lsp.evaluation.problems import Problem
 from dice_lsp.evaluation.records import Key, RecordLog, SampleRecord, read_records
 from dice_lsp.evaluation.sources import Kernel, Source
 from dice_lsp.harness import Options, Report
+from dice_lsp.harness.batch import Checked, Event, Pipeline
 
 SETTINGS_FILE = "run.json"
 # Options that change what a record says; a resumed run must use the same ones. Time limits and caches may change.
@@ -35,7 +41,7 @@ class Plan:
     out: Path
     options: Options
     baseline: metrics.Baseline = "eager"  # which speedup fast_p and the geomean use
-    batch: int = 16  # samples per harness batch (built in parallel, then checked)
+    batch: int = 16  # samples per harness batch (built in parallel while the batch before is checked)
     workers: int | None = None  # parallel builds; None: one per core
     progress: bool = True
 
@@ -54,51 +60,125 @@ class Evaluation:
 
 def check(kernels: Sequence[Kernel], references: dict[str, str], options: Options,
           workers: int | None) -> Iterator[tuple[Kernel, Report]]:
-    """The harness seam: (kernel, report) from the batch pool as each check ends, so each record is kept at once."""
+    """One batch alone (built, then checked): (kernel, report) as each check ends."""
+    with Pipeline(options, workers) as pipeline:
+        for kernel, checked in results(pipeline, submit(pipeline, kernels, references), kernels):
+            yield kernel, checked.report
+
+
+def submit(pipeline: Pipeline, kernels: Sequence[Kernel], references: dict[str, str]) -> int:
+    """The harness seam, first half: queue the kernels' builds; returns the batch's number."""
+    return pipeline.submit([(references[k.problem.key], k.text or "") for k in kernels])
+
+
+def results(pipeline: Pipeline, number: int, kernels: Sequence[Kernel]) -> Iterator[tuple[Kernel, Checked]]:
+    """The harness seam, second half: (kernel, checked) as each check of batch `number` ends, so each record is
+    kept at once."""
     try:
         # closing: when eval stops early (an error, Ctrl-C), the checks in progress are cancelled at once
-        with closing(harness.check_each([(references[k.problem.key], k.text or "") for k in kernels], options,
-                                        workers=workers)) as each:
-            for index, report in each:
-                yield kernels[index], report
+        with closing(pipeline.results(number)) as each:
+            for checked in each:
+                yield kernels[checked.index], checked
     except harness.HarnessError as error:
         raise EvaluationError(f"the harness cannot check kernels here: {error}") from error
 
 
-def evaluate(plan: Plan, source: Source, settings: dict) -> Evaluation:
-    """Run what is missing from `plan.out`, then write the table and chart over every sample of the plan."""
+def evaluate(plan: Plan, source: Source, settings: dict, on_event: Callable[[Event], None] | None = None) -> Evaluation:
+    """Run what is missing from `plan.out`, then write the table and chart over every sample of the plan.
+    `on_event`: told each build's and check's start and end (from the harness's threads), besides the bar."""
     references: dict[str, str] = {}
     with RecordLog(plan.out) as log:
         check_settings(plan.out, settings)
         done = read_records(plan.out)
         wanted = plan.keys()
         skipped = sum(1 for key in wanted if key in done)
-        bar = progress_bar(len(wanted), skipped, plan.progress)
+        bar = Progress(progress_bar(len(wanted), skipped, plan.progress), on_event)
         # A reference and a solution worker start while the previous check runs; none are left once eval ends.
         try:
-            with harness.spares_while(2):
+            with harness.spares_while(2), Pipeline(plan.options, plan.workers, on_event=bar.event) as pipeline:
+                waiting: deque[tuple[int, list[Kernel]]] = deque()
                 for group in batches(plan, done):
-                    kernels: list[Kernel] = []
-                    for problem, samples in group:
-                        references.setdefault(problem.key, problem.read())
-                        what = f"{source.verb} {problem.key}"
-                        bar.set_postfix_str(what, refresh=True)
-                        kernels += source.kernels(problem, references[problem.key], samples,
-                                                  lambda note, what=what: bar.set_postfix_str(f"{what}: {note}"))
-                    for kernel in kernels:
-                        if kernel.text is None:
-                            log.append(record(kernel, Report("invalid", kernel.note or "no code to check")))
-                            bar.update()
-                    ready = [k for k in kernels if k.text is not None]
+                    ready = fetch(group, source, references, log, bar)
                     if ready:
-                        plural = "s" if len(ready) > 1 else ""
-                        bar.set_postfix_str(f"checking {len(ready)} sample{plural}", refresh=True)
-                        for kernel, report in check(ready, references, plan.options, plan.workers):
-                            log.append(record(kernel, with_static_findings(report, kernel, references)))
-                            bar.update()
+                        number = submit(pipeline, ready, references)
+                        bar.queued(number, ready)
+                        waiting.append((number, ready))
+                    if len(waiting) > 1:  # the batch just submitted builds while this one is checked
+                        record_checks(pipeline, *waiting.popleft(), references, log, bar)
+                while waiting:
+                    record_checks(pipeline, *waiting.popleft(), references, log, bar)
         finally:
             bar.close()
     return summarize(plan, source.description, skipped)
+
+
+def fetch(group: list[tuple[Problem, list[int]]], source: Source, references: dict[str, str], log: RecordLog,
+          bar: Progress) -> list[Kernel]:
+    """The group's kernels from the source; those without code are recorded at once, the rest returned."""
+    kernels: list[Kernel] = []
+    for problem, samples in group:
+        references.setdefault(problem.key, problem.read())
+        what = f"{source.verb} {problem.key}"
+        bar.note(what)
+        kernels += source.kernels(problem, references[problem.key], samples,
+                                  lambda note, what=what: bar.note(f"{what}: {note}"))
+    for kernel in kernels:
+        if kernel.text is None:
+            log.append(record(kernel, Report("invalid", kernel.note or "no code to check")))
+            bar.advance()
+    return [k for k in kernels if k.text is not None]
+
+
+def record_checks(pipeline: Pipeline, number: int, kernels: list[Kernel], references: dict[str, str],
+                  log: RecordLog, bar: Progress) -> None:
+    for kernel, checked in results(pipeline, number, kernels):
+        log.append(record(kernel, with_static_findings(checked.report, kernel, references), checked))
+        bar.advance()
+
+
+class Progress:
+    """The bar, with what is happening after it ("12/32 built, checking level1/3_x#0"): builds and checks are told
+    from the harness's threads, so what it shows is changed under a lock."""
+
+    def __init__(self, bar: tqdm, listener: Callable[[Event], None] | None = None) -> None:
+        self.bar, self.listener = bar, listener
+        self.lock = threading.Lock()
+        self.kernels: dict[int, list[Kernel]] = {}  # by batch number
+        self.built = 0
+        self.doing = ""
+
+    def queued(self, number: int, kernels: list[Kernel]) -> None:
+        with self.lock:
+            self.kernels[number] = kernels
+            self._show()
+
+    def event(self, event: Event) -> None:
+        if self.listener is not None:
+            self.listener(event)
+        with self.lock:
+            if event.kind == "build-end":
+                self.built += 1
+            elif event.kind == "check-start":
+                kernel = self.kernels[event.batch][event.index]
+                self.doing = f"checking {kernel.problem.key}#{kernel.sample}"
+            self._show()
+
+    def note(self, what: str) -> None:
+        with self.lock:
+            self.doing = what
+            self._show()
+
+    def _show(self) -> None:
+        queued = sum(len(k) for k in self.kernels.values())
+        self.bar.set_postfix_str(", ".join(([f"{self.built}/{queued} built"] if queued else []) +
+                                           ([self.doing] if self.doing else [])), refresh=True)
+
+    def advance(self) -> None:
+        with self.lock:
+            self.bar.update()
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def summarize(plan: Plan, title: str, skipped: int = 0) -> Evaluation:
@@ -130,9 +210,10 @@ def batches(plan: Plan, done: dict[Key, SampleRecord]) -> Iterator[list[tuple[Pr
         yield group
 
 
-def record(kernel: Kernel, report: Report) -> SampleRecord:
+def record(kernel: Kernel, report: Report, checked: Checked | None = None) -> SampleRecord:
     return SampleRecord(kernel.problem.level, kernel.problem.name, kernel.sample, kernel.text or "", report,
-                        kernel.source, kernel.note, kernel.seconds)
+                        kernel.source, kernel.note, kernel.seconds, checked.build_s if checked else 0.0,
+                        checked.check_s if checked else 0.0)
 
 
 def with_static_findings(report: Report, kernel: Kernel, references: dict[str, str]) -> Report:
