@@ -21,9 +21,8 @@ _HEAD = """${includes}
 ${geometry_struct}
 """
 
-_DIRECT = """
-// ${what}: one thread per output element; input channels of the output's group times the window
-__global__ void ${kernel}(const float*${ptr} x, const float*${ptr} w, const float*${ptr} bias, float*${ptr} y,
+# Both kernels' start: the output's sample, channel and group, and its bias.
+_PROLOGUE = """__global__ void ${kernel}(const float*${ptr} x, const float*${ptr} w, const float*${ptr} bias, float*${ptr} y,
                           ${geometry} g, int cin, int cout, int groups, int64_t total) {
     const int cin_g = cin / groups, cout_g = cout / groups;
     const int64_t in_plane = (int64_t)g.in[0] * g.in[1] * g.in[2];
@@ -34,7 +33,11 @@ ${unravel}
         const int co = (int)(plane % cout);
         const int group = co / cout_g;
         float acc = bias != nullptr ? bias[co] : 0.0f;
-        for (int ci = 0; ci < cin_g; ++ci) {
+"""
+
+_DIRECT = """
+// ${what}: one thread per output element; input channels of the output's group times the window
+""" + _PROLOGUE + """        for (int ci = 0; ci < cin_g; ++ci) {
             const float* in = x + (n * cin + group * cin_g + ci) * in_plane;
             const float* wk = w + ((int64_t)co * cin_g + ci) * volume;
             for (int kd = 0; kd < g.kernel[0]; ++kd) {
@@ -58,18 +61,7 @@ ${unravel}
 
 _TRANSPOSED = """
 // ${what}: one thread per output element gathers the inputs whose strided window covers it
-__global__ void ${kernel}(const float*${ptr} x, const float*${ptr} w, const float*${ptr} bias, float*${ptr} y,
-                          ${geometry} g, int cin, int cout, int groups, int64_t total) {
-    const int cin_g = cin / groups, cout_g = cout / groups;
-    const int64_t in_plane = (int64_t)g.in[0] * g.in[1] * g.in[2];
-    const int volume = g.kernel[0] * g.kernel[1] * g.kernel[2];
-    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
-${unravel}
-        const int64_t n = plane / cout;
-        const int co = (int)(plane % cout);
-        const int group = co / cout_g;
-        float acc = bias != nullptr ? bias[co] : 0.0f;
-        for (int ci = 0; ci < cin_g; ++ci) {
+""" + _PROLOGUE + """        for (int ci = 0; ci < cin_g; ++ci) {
             const int c = group * cin_g + ci;
             const float* in = x + (n * cin + c) * in_plane;
             // ConvTranspose weights are [cin, cout / groups, kernel...]

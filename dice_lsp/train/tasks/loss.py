@@ -87,7 +87,7 @@ __device__ float ${block_sum}(float v) {
 """
 
 _ELEMENTWISE = """${includes}
-${reduce}
+""" + _REDUCE + """
 // ${what}: each thread sums its elements' terms; each block adds its sum, divided by the count, into out
 __global__ void ${kernel}(const float*${ptr} predictions, const float*${ptr} targets, float*${ptr} out, int64_t n,
                           float inv_count) {
@@ -139,7 +139,7 @@ _TRIPLET = """// pairwise_distance adds eps to each difference
         const float term = fmaxf(sqrtf(dp) - sqrtf(dn) + ${margin}, 0.0f);"""
 
 _ROWS = """${includes}
-${reduce}
+""" + _REDUCE + """
 // ${what}: one warp per row computes the row's term; each block adds its rows' sum, divided by the rows, into out
 __global__ void ${kernel}(const float*${ptr} x, ${params}float*${ptr} out, int64_t rows, int cols, float inv_count) {
     const int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -185,7 +185,7 @@ def _loss_task(rng: random.Random, name: str) -> Draft:
     style = sample_style(rng, f"{loss.stem}_loss", (128, 256, 512))
     params = loss.names.split(", ")
     if name == "elementwise":
-        cuda = style.fill(_ELEMENTWISE, includes=style.includes(), reduce=_REDUCE, block_sum="block_sum",
+        cuda = style.fill(_ELEMENTWISE, includes=style.includes(), block_sum="block_sum",
                           kernel=style.kernel(), what=loss.stem.replace("_", " "), term=loss.term,
                           divisor=loss.divisor, inputs=style.inputs(*params))
         signature = "torch::Tensor predictions, torch::Tensor targets"
@@ -197,7 +197,7 @@ def _loss_task(rng: random.Random, name: str) -> Draft:
                   'x.size(0), "labels must be int64 class indices, one per row");') if labels else \
             '    TORCH_CHECK(positive.sizes() == x.sizes() && negative.sizes() == x.sizes(), "shapes must match");'
         tensors = ["x"] if labels else ["x", "positive", "negative"]
-        cuda = style.fill(_ROWS, includes=style.includes("cfloat"), reduce=_REDUCE, block_sum="block_sum",
+        cuda = style.fill(_ROWS, includes=style.includes("cfloat"), block_sum="block_sum",
                           kernel=style.kernel(), what=loss.stem.replace("_", " "), term=loss.term,
                           params=f"const int64_t*{style.ptr} labels, " if labels else
                           f"const float*{style.ptr} positive, const float*{style.ptr} negative, ",
