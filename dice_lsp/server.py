@@ -22,7 +22,7 @@ from uuid import uuid4
 
 import cattrs
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcRequestCancelled
+from pygls.exceptions import JsonRpcInvalidParams, JsonRpcRequestCancelled
 from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
@@ -136,27 +136,32 @@ class LspEditor:
 
 @dataclass(frozen=True)
 class Unreadable:
-    """A request whose params do not fit its method: it is answered with InvalidParams and goes no further."""
+    """A message whose params do not fit its method: a request is answered with InvalidParams, a notification is
+    dropped (JSON-RPC answers none); neither goes further."""
 
-    id: int | str
+    id: int | str | None
     method: str
     why: str
 
 
 class DiceProtocol(LanguageServerProtocol):
-    """pygls' protocol, except that a request whose params do not fit its method gets an InvalidParams error saying
-    which field is wrong. (pygls logs it and answers nothing: the client would wait for the answer for ever.)"""
+    """pygls' protocol, except that a message whose params do not fit its method is one warning in the log, and a
+    request of that kind gets an InvalidParams error saying which field is wrong. (pygls logs a traceback of every
+    nested cattrs error for it, answers nothing, and shows the user "Error in server"; the client would wait for the
+    answer for ever.) Errors that pygls raises for a request's params later on (a command's arguments) are answered
+    the same way."""
 
     def structure_message(self, data: dict[str, Any]):
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as error:
-            if "id" not in data or "method" not in data:
-                raise
-            cause = error.__cause__
-            why = "; ".join(_json_path(line) for line in cattrs.transform_error(cause)) \
-                if isinstance(cause, cattrs.BaseValidationError) else str(cause or error)
-            return Unreadable(data["id"], str(data["method"]), why)
+        method = data.get("method")
+        if "jsonrpc" not in data or "error" in data or not isinstance(method, str) or \
+                self.get_message_type(method) is None:
+            return super().structure_message(data)  # responses, and methods lsprotocol has no type for
+        try:  # pygls' own structuring of a typed request or notification, without its traceback in the log
+            return self._converter.structure(data, self.get_message_type(method))
+        except Exception as error:  # noqa: BLE001  (any params that do not structure are the client's mistake)
+            why = "; ".join(_json_path(line) for line in cattrs.transform_error(error)) \
+                if isinstance(error, cattrs.BaseValidationError) else f"{type(error).__name__}: {error}"
+            return Unreadable(data.get("id"), method, why)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -173,14 +178,21 @@ class DiceProtocol(LanguageServerProtocol):
             task.cancel()
 
     def _send_handler_result(self, future, *, msg_id: int | str) -> None:
-        if not future.cancelled() and isinstance(future.exception(), JsonRpcRequestCancelled):
-            self._request_futures.pop(msg_id, None)  # a cancel is an answer, not an error worth a traceback in the log
-            self._send_response(msg_id, error=future.exception().to_response_error())
+        error = None if future.cancelled() else future.exception()
+        # A cancel or the client's own wrong params is an answer, not an error worth a traceback in the log
+        if isinstance(error, (JsonRpcRequestCancelled, JsonRpcInvalidParams)):
+            self._request_futures.pop(msg_id, None)
+            if isinstance(error, JsonRpcInvalidParams):
+                log.warning("request %s: %s", msg_id, error.message)
+            self._send_response(msg_id, error=error.to_response_error())
             return
         super()._send_handler_result(future, msg_id=msg_id)
 
     def handle_message(self, message) -> None:
         if isinstance(message, Unreadable):
+            if message.id is None:
+                log.warning("%s with invalid params, ignored: %s", message.method, message.why)
+                return
             log.warning("%s with invalid params: %s", message.method, message.why)
             self._send_response(message.id, error=JsonRpcInvalidParams(
                 f"invalid params for {message.method}: {message.why}").to_response_error())
