@@ -44,6 +44,9 @@ class Decoding:
     top_k: int = _engine("top_k", minimum=0)
     top_p: float = _engine("top_p", exclusiveMinimum=0, maximum=1)
     max_new_tokens: int = _engine("max_new_tokens", minimum=1)
+    confidence: str = _engine("confidence", enum=_CHOICES["confidence"])
+    given_prefix: bool = _engine("given_prefix")
+    prompt_template: str = _engine("prompt_template")  # a JSON file; "" the checkpoint's, else ours; "built-in"
 
 
 # "auto", "cpu", "cuda" or "cuda:N": what the harness and the engine resolve to a device.

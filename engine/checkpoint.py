@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from dice_lsp.engine.config import ModelConfig
 from dice_lsp.engine.errors import EngineError
 from dice_lsp.engine.model import SDARModel
+from dice_lsp.engine.templates import PromptTemplate, checkpoint_template
 from dice_lsp.engine.tokenizer import Tokenizer, _read_json
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -35,6 +36,7 @@ class Loaded:
     config: ModelConfig
     path: Path
     runner: Any = field(default=None, repr=False, compare=False)  # engine.fast.GraphRunner, made on first use
+    template: PromptTemplate | None = None  # its own prompt template (prompt_template.json), None: it has none
 
     @property
     def chat_template(self) -> str | None:
@@ -136,6 +138,7 @@ def load(model_ref: str, device: str = "auto", dtype: str = "auto") -> Loaded:
     if raw is None:
         raise EngineError(f"{path} has no config.json: is it a checkpoint directory?")
     config = ModelConfig.from_hf(raw)
+    template = checkpoint_template(path)  # before the weights: a malformed one fails at once
     tokenizer = Tokenizer.from_dir(path)
     _complete_stop_ids(config, tokenizer, path)
     torch_device = pick_device(device)
@@ -148,7 +151,7 @@ def load(model_ref: str, device: str = "auto", dtype: str = "auto") -> Loaded:
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.eval().requires_grad_(False)
-    return Loaded(model=model, tokenizer=tokenizer, config=config, path=path)
+    return Loaded(model=model, tokenizer=tokenizer, config=config, path=path, template=template)
 
 
 def _complete_stop_ids(config: ModelConfig, tokenizer: Tokenizer, path: Path) -> None:

@@ -41,6 +41,8 @@ def resolve(settings, config: ModelConfig, **overrides) -> DecodeSettings:
                         f"(or unset), not {s.block_size}")
     if s.strategy not in ("static", "dynamic"):
         problems.append(f"strategy must be static or dynamic, not {s.strategy!r}")
+    if s.confidence not in ("sampled", "model"):
+        problems.append(f"confidence must be sampled or model, not {s.confidence!r}")
     if s.block_size < 1 or s.steps < 1 or s.max_new_tokens < 1:
         problems.append("block_size, steps and max_new_tokens must be >= 1")
     if s.temperature < 0 or s.top_k < 0 or not 0 < s.top_p <= 1:
@@ -57,8 +59,16 @@ def transfer_schedule(masked: int, steps: int) -> list[int]:
 
 def sample(logits: torch.Tensor, s: DecodeSettings, generator: torch.Generator | None):
     """A token for every position, and its confidence: the probability of that token under the distribution it was
-    drawn from (temperature, then top-k, then top-p), as SDAR computes it."""
+    drawn from (temperature, then top-k, then top-p), as SDAR computes it; with confidence "model", its probability
+    under the model's own distribution (temperature 1, no filter), which still ranks the tokens of a greedy block."""
     logits = logits.float()
+    tokens, confidence = _draw(logits, s, generator)
+    if s.confidence == "model":
+        confidence = logits.softmax(-1).gather(-1, tokens[..., None])[..., 0]
+    return tokens, confidence
+
+
+def _draw(logits: torch.Tensor, s: DecodeSettings, generator: torch.Generator | None):
     if s.temperature == 0:
         confidence, tokens = logits.softmax(-1).max(-1)
         return tokens, confidence

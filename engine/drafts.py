@@ -1,15 +1,17 @@
-"""From a reference file to candidate solutions: the prompt (KernelBench one-shot, or DICE infilling of a skeleton),
-one batch of samples, and each sample's first code block, spliced into the skeleton for infill, as a `Draft`."""
+"""From a reference file to candidate solutions: the prompt (one-shot, or infilling of a skeleton, in the checkpoint's
+prompt template or ours), one batch of samples, and each sample's first code block (spliced into the skeleton for
+infill) as a `Draft`."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from dice_lsp.engine import prompts
+from dice_lsp.engine import prompts, templates
 from dice_lsp.engine.checkpoint import Loaded
 from dice_lsp.engine.decode import generate
 from dice_lsp.engine.errors import EngineError
 from dice_lsp.engine.generation import Draft, Generation, Progress
+from dice_lsp.engine.settings import DecodeSettings
 
 
 def generate_kernel(
@@ -28,15 +30,25 @@ def generate_kernel(
     """
     if samples < 1:
         raise EngineError(f"samples must be >= 1, got {samples}")
+    template = templates.template_for(_setting(settings, overrides, "prompt_template"), loaded.template,
+                                      prompts.BUILT_IN)
     if infill_skeleton is not None:
         prefix, _, suffix = prompts.skeleton_parts(infill_skeleton)
-        messages = prompts.infill_prompt(reference_text, prefix, suffix)
+        messages = prompts.infill_prompt(reference_text, prefix, suffix, template)
     else:
-        messages = prompts.end_to_end_prompt(reference_text)
+        messages = prompts.end_to_end_prompt(reference_text, template)
+    given = template.answer_prefix if _setting(settings, overrides, "given_prefix") else ""
+    # Encoded apart from the prompt, as training encodes the answer apart from it: the same tokens as in training.
     prompt_ids = loaded.tokenizer.encode(prompts.render(messages, loaded.chat_template))
+    prompt_ids += loaded.tokenizer.encode(given) if given else []
     generations = generate(loaded.model, [prompt_ids] * samples, settings, on_block, cancel,
                            tokenizer=loaded.tokenizer, runner=runner_for(loaded), **overrides)
-    return [draft(g, infill_skeleton) for g in generations]
+    return [draft(g, infill_skeleton, given) for g in generations]
+
+
+def _setting(settings, overrides: dict, name: str):
+    """A setting of generate_kernel's: the override, else the settings object's, else DecodeSettings' default."""
+    return overrides.get(name, getattr(settings, name, getattr(DecodeSettings, name)))
 
 
 def runner_for(loaded: Loaded):
@@ -51,9 +63,10 @@ def runner_for(loaded: Loaded):
     return loaded.runner
 
 
-def draft(generation: Generation, skeleton: str | None) -> Draft:
-    """The generation as a kernel file: its first code block, for infill spliced into the skeleton; or why not."""
-    code = prompts.extract_code(generation.text)
+def draft(generation: Generation, skeleton: str | None, given: str = "") -> Draft:
+    """The generation as a kernel file: its first code block, for infill spliced into the skeleton; or why not.
+    `given` is the start of the reply that the model was given rather than wrote (the template's answer prefix)."""
+    code = prompts.extract_code(given + generation.text)
     if code is None:
         return Draft(generation, None, f"no code block in the output ({generation.stop_reason})")
     if skeleton is None:

@@ -1,5 +1,6 @@
-'''What DICE is asked: KernelBench's one-shot end-to-end prompt and DICE's infilling prompt, rendered through the
-checkpoint's chat template; and what is taken back: the first code block, spliced into the user's skeleton.'''
+'''What DICE is asked: an end-to-end and an infilling prompt (ours, `BUILT_IN`, or a checkpoint's own template:
+engine/templates.py), rendered through the checkpoint's chat template; and what is taken back: the first code block,
+spliced into the user's skeleton.'''
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from dice_lsp.anatomy import Anatomy, Split, core_split, parse
 from dice_lsp.engine.errors import EngineError
+from dice_lsp.engine.templates import PromptTemplate
 
 EXAMPLE_REFERENCE = """import torch
 import torch.nn as nn
@@ -89,36 +91,49 @@ TASK = (
 )
 
 
-def end_to_end_prompt(reference: str) -> list[dict[str, str]]:
-    """KernelBench's one-shot prompt: instructions, the elementwise-add example pair, then the user's Model."""
-    user = (
+# The answer's first lines in every solution the bundled model was trained on (dice_lsp/train/tasks writes them):
+# given to the model rather than written by it, since a small model garbles them on an unfamiliar prompt
+# (benchmarks/RESULTS.md, "decode validity").
+SOLUTION_HEADER = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+
+BUILT_IN = PromptTemplate(
+    system=SYSTEM,
+    end_to_end=(
         f"{TASK}\n"
         "This example shows how CUDA code is compiled and bound inline with torch. The example architecture:\n\n"
         f"```python\n{EXAMPLE_REFERENCE}```\n\n"
         f"The same architecture with a custom CUDA kernel:\n\n```python\n{EXAMPLE_SOLUTION}```\n\n"
-        f"Now the architecture to optimize:\n\n```python\n{reference.rstrip()}\n```\n\n"
+        "Now the architecture to optimize:\n\n```python\n{reference}\n```\n\n"
         "Rewrite the architecture named Model with custom CUDA operators and call the result ModelNew, with the same "
         "constructor and forward arguments. Reply with the complete ModelNew code in one ```python codeblock: real "
         "code that compiles and runs, not pseudocode, and no testing code.\n"
-    )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-
-
-def infill_prompt(reference: str, prefix: str, suffix: str) -> list[dict[str, str]]:
-    """DICE's infilling prompt: the reference, and the solution with its CUDA source left out; the model writes
-    the whole solution file again with the source filled in."""
-    user = (
+    ),
+    infill=(
         f"{TASK}\n"
-        f"The architecture to optimize:\n\n```python\n{reference.rstrip()}\n```\n\n"
+        "The architecture to optimize:\n\n```python\n{reference}\n```\n\n"
         "Part of an optimized architecture ModelNew is written already. It begins with:\n\n"
-        f"```python\n{prefix.rstrip()}\n```\n\n"
+        "```python\n{prefix}\n```\n\n"
         "and it ends with:\n\n"
-        f"```python\n{suffix.strip()}\n```\n\n"
+        "```python\n{suffix}\n```\n\n"
         "Write the missing middle part: the CUDA source string with the kernels and the host functions that the "
         "rest of the code declares and calls. Reply with the complete ModelNew code, beginning and end unchanged, in "
         "one ```python codeblock: real code that compiles and runs, not pseudocode, and no testing code.\n"
-    )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    ),
+    answer_prefix="```python\n" + SOLUTION_HEADER,
+)
+
+
+def end_to_end_prompt(reference: str, template: PromptTemplate = BUILT_IN) -> list[dict[str, str]]:
+    """KernelBench's one-shot prompt (ours: instructions, the elementwise-add example pair, then the user's Model),
+    or `template`'s."""
+    return template.end_to_end_messages(reference.rstrip())
+
+
+def infill_prompt(reference: str, prefix: str, suffix: str, template: PromptTemplate = BUILT_IN
+                  ) -> list[dict[str, str]]:
+    """DICE's infilling prompt: the reference, and the solution with its CUDA source left out; the model writes
+    the whole solution file again with the source filled in."""
+    return template.infill_messages(reference.rstrip(), prefix.rstrip(), suffix.strip())
 
 
 def render(messages: list[dict[str, str]], chat_template: str | None) -> str:

@@ -23,5 +23,16 @@ class DecodeSettings:
     top_k: int = field(default=1, metadata={"help": "sample among the k most likely tokens (0: no top-k filter)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: the smallest set above this probability"})
     max_new_tokens: int = field(default=4096, metadata={"help": "the most tokens to write"})
+    confidence: str = field(default="sampled", metadata={
+        "help": "which tokens a pass commits first: sampled, the most probable under the distribution they were drawn "
+                "from (SDAR's rule; with top-k 1 every token is certain, so a block fills left to right); model, "
+                "the ones the model itself is surest of",
+        "choices": ("sampled", "model")})
+    given_prefix: bool = field(default=True, metadata={
+        "help": "give the model the prompt template's answer prefix (how every reply it was trained on begins) "
+                "instead of letting it write that"})
+    prompt_template: str = field(default="", metadata={
+        "help": "a prompt template JSON file to ask the model in; empty: the checkpoint's prompt_template.json, "
+                "else the built-in one; built-in: always ours"})
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None

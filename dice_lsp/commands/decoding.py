@@ -14,11 +14,13 @@ from dice_lsp.engine.settings import DecodeSettings
 from dice_lsp.settings import Decoding
 
 # Every decoding flag, in the order of --help. `train rl` takes fewer: its --steps counts optimizer steps.
-FLAGS = ("block_size", "steps", "strategy", "threshold", "temperature", "top_k", "top_p", "max_new_tokens")
+FLAGS = ("block_size", "steps", "strategy", "threshold", "temperature", "top_k", "top_p", "max_new_tokens", "confidence",
+         "given_prefix", "prompt_template")
 # The values the engine accepts (engine.decode.resolve checks them again, with the checkpoint at hand), checked while
 # parsing so that a bad one is a usage error before the model loads
 TYPES = {"block_size": positive, "steps": positive, "max_new_tokens": positive, "top_k": count,
-         "temperature": number(), "threshold": number(0.0, 1.0), "top_p": number(0.0, 1.0, low_open=True)}
+         "temperature": number(), "threshold": number(0.0, 1.0), "top_p": number(0.0, 1.0, low_open=True),
+         "prompt_template": str}
 
 _FIELDS = {item.name: item for item in fields(DecodeSettings)}
 
@@ -34,6 +36,8 @@ def add_decoding_options(group, defaults=None, names: tuple[str, ...] = FLAGS) -
         options = {"default": default, "help": help_text if default is None else help_text + "; default %(default)s"}
         if "choices" in owner.metadata:
             options["choices"] = owner.metadata["choices"]
+        elif isinstance(default, bool):
+            options["action"] = argparse.BooleanOptionalAction  # --given-prefix / --no-given-prefix
         else:
             options["type"] = TYPES[name]
         group.add_argument("--" + name.replace("_", "-"), **options)

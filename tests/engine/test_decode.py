@@ -173,6 +173,19 @@ def test_tiny_top_p_equals_top_k_one(tiny, prompt):
     assert (nucleus.token_ids, nucleus.trace) == (top1.token_ids, top1.trace)
 
 
+def test_model_confidence_ranks_a_top_k_one_block_by_the_models_probabilities(tiny, prompt):
+    """SDAR's rule sees every top-k-1 token as certain and fills a block left to right; confidence "model" commits
+    the token the model is surest of first, as the naive decoder (which ranks by probability) does."""
+    args = dict(temperature=1.0, top_k=1, max_new_tokens=26, stop_token_ids=())
+    tokens, trace = naive_decode(tiny.model, prompt, 4, 4, 26)
+    (model,) = generate(tiny.model, [prompt], None, confidence="model", **args)
+    (sdar,) = generate(tiny.model, [prompt], None, **args)
+    assert (list(model.token_ids), list(model.trace)) == (tokens, trace)
+    assert sdar.trace == tuple(range(26)) and model.trace != sdar.trace, "the orders must differ to test anything"
+    with pytest.raises(EngineError, match="confidence must be sampled or model"):
+        generate(tiny.model, [prompt], None, confidence="best")
+
+
 def test_settings_object_and_bad_settings(tiny, prompt):
     g = generate(tiny.model, [prompt], Decoding(max_new_tokens=5), stop_token_ids=())[0]
     assert len(g.token_ids) == 5

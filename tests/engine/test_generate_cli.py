@@ -26,8 +26,9 @@ def test_generate_json_samples(problem, tiny_model_dir, capsys):
     assert [line["sample"] for line in lines] == [1, 2, 3]
     for line in lines:
         assert line["tokens"] == 20 and line["stop_reason"] == "length" and line["prompt_tokens"] > 100
-        # A random model writes no code block: the sample says so and the command fails.
-        assert line["code"] is None and "no code block" in line["note"]
+        # A random model never ends the code block its given answer prefix opens: every sample is cut off, says so,
+        # and the command fails.
+        assert line["code"] is None and "cut off at --max-new-tokens 20" in line["note"]
     assert status == 1
     assert len({line["text"] for line in lines}) > 1, "samples are drawn independently"
 
@@ -37,7 +38,8 @@ def test_generate_infill_reads_the_linked_reference(tmp_path, problem, tiny_mode
     skeleton.write_text("# dice: reference = relu.py\n" + SKELETON)
     status = main(["generate", str(skeleton), "--infill", "--model", str(tiny_model_dir), "--max-new-tokens", "8",
                    "--out", str(tmp_path / "out.py")])
-    assert status == 1 and "sample 1: no code block" in capsys.readouterr().err
+    # The given answer prefix holds no CUDA source: the random model's text has none to splice in either.
+    assert status == 1 and "sample 1: the generated code has no CUDA source" in capsys.readouterr().err
     assert not (tmp_path / "out.py").exists()
 
 
