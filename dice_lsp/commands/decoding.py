@@ -1,14 +1,15 @@
-"""The decoding flags of `generate`, `eval` and `train rl`, made from their one owner, the engine's DecodeSettings.
-
-Help texts and choices come from its fields; defaults from the object a command passes (the editor's by default).
+"""The decoding flags of `generate`, `eval` and `train rl`, made from their owners: help texts, choices and defaults
+from the engine's DecodeSettings (defaults through the object a command passes, the editor's by default), the bounds
+each value must keep from the editor's settings (dice_lsp.settings.Decoding), which package.json also reads.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from typing import Any, Callable, get_args, get_type_hints
 
-from dice_lsp.commands.arguments import count, number, positive
+from dice_lsp.commands.arguments import at_least, number
 from dice_lsp.commands.errors import CommandError
 from dice_lsp.engine.settings import DecodeSettings
 from dice_lsp.settings import Decoding
@@ -16,13 +17,26 @@ from dice_lsp.settings import Decoding
 # Every decoding flag, in the order of --help. `train rl` takes fewer: its --steps counts optimizer steps.
 FLAGS = ("block_size", "steps", "strategy", "threshold", "temperature", "top_k", "top_p", "max_new_tokens", "confidence",
          "given_prefix", "prompt_template")
-# The values the engine accepts (engine.decode.resolve checks them again, with the checkpoint at hand), checked while
-# parsing so that a bad one is a usage error before the model loads
-TYPES = {"block_size": positive, "steps": positive, "max_new_tokens": positive, "top_k": count,
-         "temperature": number(), "threshold": number(0.0, 1.0), "top_p": number(0.0, 1.0, low_open=True),
-         "prompt_template": str}
-
 _FIELDS = {item.name: item for item in fields(DecodeSettings)}
+_BOUNDED = {item.name: item for item in fields(Decoding)}
+_KINDS = {name: next(k for k in (*get_args(hint), hint) if k in (int, float, str, bool))
+          for name, hint in get_type_hints(Decoding).items()}
+
+
+def flag_type(name: str) -> Callable[[str], Any]:
+    """The argparse type of one decoding flag: its field's kind, held to the bounds settings.Decoding keeps for it
+    (the values the engine accepts; engine.decode.resolve checks them again with the checkpoint at hand), so that a
+    bad one is a usage error before the model loads."""
+    bounds, kind = _BOUNDED[name].metadata, _KINDS[name]
+    if kind is str:
+        return str
+    low = bounds.get("minimum", bounds.get("exclusiveMinimum", float("-inf")))
+    high, low_open = bounds.get("maximum", float("inf")), "exclusiveMinimum" in bounds
+    if kind is int and high == float("inf"):
+        return at_least(int(low) + 1 if low_open else int(low))
+    if kind is int:
+        raise TypeError(f"no flag type for an integer with a maximum ({name})")
+    return number(low, high, low_open=low_open)
 
 
 def add_decoding_options(group, defaults=None, names: tuple[str, ...] = FLAGS) -> None:
@@ -39,7 +53,7 @@ def add_decoding_options(group, defaults=None, names: tuple[str, ...] = FLAGS) -
         elif isinstance(default, bool):
             options["action"] = argparse.BooleanOptionalAction  # --given-prefix / --no-given-prefix
         else:
-            options["type"] = TYPES[name]
+            options["type"] = flag_type(name)
         group.add_argument("--" + name.replace("_", "-"), **options)
 
 

@@ -35,6 +35,34 @@ def test_flags_parse_to_the_fields_types_and_choices():
         build_parser().parse_args(["generate", "x.py", "--strategy", "greedy"])
 
 
+def accepts(flag: str, value) -> bool:
+    try:
+        build_parser().parse_args(["generate", "x.py", flag, str(value)])
+    except SystemExit:
+        return False
+    return True
+
+
+def test_flags_keep_the_bounds_the_editors_settings_keep():
+    """Each bounded field of settings.Decoding (the owner of the bounds, which package.json reads too), tried on
+    its flag at and just past each bound: the command line refuses exactly what the editor's settings refuse."""
+    checked = []
+    for item in fields(Decoding):
+        bounds, flag = item.metadata, "--" + item.name.replace("_", "-")
+        step = 1 if item.name in ("block_size", "steps", "top_k", "max_new_tokens") else 0.01
+        if "minimum" in bounds:
+            assert accepts(flag, bounds["minimum"]) and not accepts(flag, bounds["minimum"] - step), flag
+        if "exclusiveMinimum" in bounds:
+            low = bounds["exclusiveMinimum"]
+            assert not accepts(flag, low) and accepts(flag, low + step), flag
+        if "maximum" in bounds:
+            assert accepts(flag, bounds["maximum"]) and not accepts(flag, bounds["maximum"] + step), flag
+        if "enum" in bounds:
+            assert all(accepts(flag, choice) for choice in bounds["enum"]) and not accepts(flag, "other"), flag
+        checked += [item.name] if bounds else []
+    assert len(checked) == 9  # every bounded field but given_prefix (a switch) and prompt_template (a path)
+
+
 def test_train_rl_rollouts_default_to_bic_rl_decoding():
     args = build_parser().parse_args(["train", "rl", "--model", "m", "--data", "d", "--out", "o", "--stage", "e2e"])
     assert (args.threshold, args.temperature, args.max_new_tokens) == (
