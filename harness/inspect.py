@@ -150,7 +150,10 @@ def _profile(forward: Callable[[], Any], cuda: bool, repeats: int, file: str | N
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     # torch.autograd's profiler, not torch.profiler's: the latter's start asks `hasattr(torch, "_inductor")`,
     # which imports torch.compile's modules (2-4 s in a CPU worker, which never needs them)
-    with autograd_profile(use_cpu=True, use_device="cuda" if cuda else None) as prof:
+    # use_kineto on a GPU: the kernels' own events (names, times, streams) come from CUPTI; the autograd profiler's
+    # default there times each operator with CUDA events and names no kernel at all (H200, torch 2.11: a raw
+    # <<<>>> launch's time went to the operator before it, and the solution's own kernels "never launched")
+    with autograd_profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=cuda) as prof:
         for _ in range(repeats):
             with record_function("dice::forward"), (_Lines(file) if file else contextlib.nullcontext()):
                 forward()
