@@ -46,7 +46,8 @@ def main() -> None:
         (solution, messages.Build(path=solution.file("solution.py", solution_text), options=cached)),
         (reference, messages.MakeReference(path=reference.file("reference.py", reference_text), options=cached,
                                            exchange=exchange)),
-        (solution, messages.RunSolution(exchange=solution.directory, outputs=solution.inner_scratch, share=True)),
+        (solution, messages.RunSolution(reference=solution.file("reference.py", reference_text),
+                                        outputs=solution.inner_scratch, share=True)),
         (reference, messages.Compare(exchange=exchange)),
         (reference, messages.Time()),
         (solution, messages.Time()),
@@ -57,11 +58,10 @@ def main() -> None:
     print(f"{'command':14s} {'waited':>8s} {'in worker':>10s} {'imported':>9s}  warm-up")
     for worker, command in commands:
         started = time.perf_counter()
-        if isinstance(command, messages.RunSolution):
-            process.hand_inputs(exchange, solution)
         answer = worker.call(command, 120)
         if isinstance(command, messages.RunSolution):
             process.take_outputs(solution, exchange, options)
+            process.hand_shared(solution, reference)
         waited = time.perf_counter() - started
         cost = answer.cost
         note = f"  failed: {answer.error}" if isinstance(answer, messages.Failed) else ""

@@ -89,7 +89,8 @@ class Prepared(Reply):
 
 @dataclass(frozen=True)
 class ReferenceMade(Reply):
-    """Model is built, every trial's inputs are in the exchange folder, the expected outputs stay in the worker."""
+    """Model is built and every trial ran; the expected outputs stay in the worker (or are made again at compare
+    time, when they are too large to keep)."""
 
     tag: ClassVar[str] = "reference-made"
     device: str
@@ -97,7 +98,6 @@ class ReferenceMade(Reply):
     cudnn_tf32: bool
     matmul_precision: str
     dtypes: tuple[str, ...]  # of the expected outputs
-    handout: dict[str, Any] | None = None  # CUDA IPC descriptions of the inputs, for the next solution workers
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Ran(Reply):
     precision_before: dict[str, Any]
     precision_after: dict[str, Any]
     outputs: str  # "shared" | "file"
-    inputs: str  # "shared" | "file"
+    inputs: str  # where get_inputs made them: "device" (on the GPU itself) or "host" (then moved)
     mutated: tuple[int, ...] = ()  # the inputs (by position) forward wrote into
     lazy: str = ""  # why an output was not a plain, materialised tensor ("" when all were)
     tampered: tuple[str, ...] = ()  # harness code or clocks bound differently since the worker started
@@ -236,14 +236,12 @@ class Command:
 
 @dataclass(frozen=True)
 class Build(Command):
-    """Import the solution: its load_inline calls build (or load from the cache). First, before anything of the
-    solution's runs, copy the trial inputs a kept reference worker handed out."""
+    """Import the solution: its load_inline calls build (or load from the cache)."""
 
     tag: ClassVar[str] = "build"
     answer: ClassVar[type[Reply]] = Built
     path: str
     options: Options
-    handout: dict[str, Any] | None = None
     arch: str = "9.0"  # TORCH_CUDA_ARCH_LIST when neither the environment nor a GPU here says
 
 
@@ -280,7 +278,8 @@ class BuildAnswer(Command):
 
 @dataclass(frozen=True)
 class MakeReference(Command):
-    """Build Model after the seed, make every trial's inputs into `exchange`, keep the expected outputs."""
+    """Build Model after the seed, make every trial's inputs from its seed, keep the expected outputs; `exchange`
+    is the folder outputs are handed over in."""
 
     tag: ClassVar[str] = "reference"
     answer: ClassVar[type[Reply]] = ReferenceMade
@@ -291,11 +290,12 @@ class MakeReference(Command):
 
 @dataclass(frozen=True)
 class RunSolution(Command):
-    """Build ModelNew after the same seed and run every trial; `share`: hand the outputs over by CUDA IPC."""
+    """Build ModelNew after the same seed and run every trial on inputs made here from the trial's seed by the
+    reference's get_inputs (`verify.make_inputs`); `share`: hand the outputs over by CUDA IPC."""
 
     tag: ClassVar[str] = "run"
     answer: ClassVar[type[Reply]] = Ran
-    exchange: str  # the folder holding inputs.pt
+    reference: str  # the reference's file, for its get_init_inputs and get_inputs
     share: bool = False
     outputs: str = ""  # the folder to write outputs.pt or outputs.json into; "": exchange
 

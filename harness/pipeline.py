@@ -2,9 +2,9 @@
 
 The caller's process only parses, sends commands and turns replies (or a worker's death) into one `Report`.
 The solution always runs in a fresh worker; the reference worker may come from the last check of the same reference
-(`process.KeptReference`). Trial inputs travel from the reference worker to the solution's through a file, or on a GPU
-from a kept reference worker's memory by CUDA IPC (copied before the solution is imported); the solution's outputs
-come back by CUDA IPC on a GPU (a file otherwise), and only the reference worker compares them.
+(`process.KeptReference`). Each worker makes the trial inputs itself from the trials' seeds (`verify.make_inputs`, on
+the GPU where get_inputs allows): no input data goes between them. The solution's outputs reach the reference worker
+by CUDA IPC on a GPU (a file otherwise), and only the reference worker compares them.
 """
 
 from __future__ import annotations
@@ -163,11 +163,8 @@ class _Check:
         if self.cancel.is_set():
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()
-        # A kept reference worker hands its trial inputs to the solution's worker over CUDA IPC, before the solution
-        # is imported there (stages._receive_inputs); a new one writes them to the exchange file, read at verify
-        handout = None if fresh or self.kept.reply is None else self.kept.reply.handout
         self.on_stage("build")
-        solution.send(Build(path=solution.file("solution.py", self.solution), options=options, handout=handout))
+        solution.send(Build(path=solution.file("solution.py", self.solution), options=options))
         if fresh:
             reference.send(MakeReference(path=reference.file("reference.py", self.reference), options=options,
                                          exchange=exchange))
@@ -222,12 +219,13 @@ class _Check:
         options = self.options
         started = time.perf_counter()
         self.on_stage("run")
-        # The trial inputs reach the solution's folder only now, after its import: the sandbox reads it, never writes
-        process.hand_inputs(exchange, solution)
-        ran = self.call(solution, RunSolution(exchange=solution.directory, outputs=solution.inner_scratch,
-                                              share=True), "verify", options.run_timeout)
+        # The reference's file, for its get_inputs, reaches the solution's folder (which its sandbox reads and never
+        # writes) only now, after the solution's import
+        ran = self.call(solution, RunSolution(reference=solution.file("reference.py", self.reference),
+                                              outputs=solution.inner_scratch, share=True), "verify", options.run_timeout)
         if not isinstance(ran, Failed):
             process.take_outputs(solution, exchange, options)
+            process.hand_shared(solution, reference)
         if isinstance(ran, Failed):
             self.stage("verify", started, "failed", ran.error)
             self.findings.append(Finding("crash", f"forward raised {ran.error}", self.forward_span(), "error"))
@@ -242,7 +240,7 @@ class _Check:
                 raise HarnessError(f"writing the outputs failed: {saved.error}", "died", saved.traceback)
             process.take_outputs(solution, exchange, options)
             compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
-        handed = ("inputs by CUDA IPC, " if ran.inputs == "shared" else "inputs through a file, ") + handed
+        handed = f"inputs made by each worker ({'on the GPU' if ran.inputs == 'device' else 'on the host'}), {handed}"
         self.share_timed = handed.endswith("outputs by CUDA IPC")  # the timed calls' outputs go the same way
         if isinstance(compared, Failed):
             reference.kill()  # its state is unknown now: never kept for another check

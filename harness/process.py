@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -178,6 +179,8 @@ class Worker:
                 finally:
                     os.close(info_write)
                 self.child_pid = _child_pid(info_read)
+                if self.child_pid and not room.pid1:  # bwrap's init is PID 1 there: the worker is its one child
+                    self.child_pid = _only_child(self.child_pid)
                 found = _stat(self.child_pid) if self.child_pid else []
                 self.child_started = found[19] if len(found) > 19 else ""
             else:
@@ -208,8 +211,11 @@ class Worker:
             writable = (*writable, self.directory)
         else:
             readable.append(self.directory)
+        gpu = uses_gpu(options) and self.role != "builder"
+        # A reference worker opens the solution's outputs by CUDA IPC, which tells processes apart by their PIDs
+        # inside their namespaces: the solution's worker is PID 1 in its sandbox, so this one must not be
         return sandbox.Room(scratch_mb=options.scratch_limit_mb, readable=tuple(readable), writable=writable,
-                            gpu=uses_gpu(options) and self.role != "builder")
+                            gpu=gpu, pid1=not (gpu and self.role == "reference"))
 
     @property
     def pid(self) -> int:
@@ -428,18 +434,41 @@ def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel:
     return made.extension
 
 
-def hand_inputs(exchange: str, solution: Worker) -> None:
-    """Put the reference's inputs.pt in the solution's folder, which its sandbox reads and cannot write: a hard
-    link (a copy across file systems). A stale one is replaced."""
-    source, target = Path(exchange) / "inputs.pt", Path(solution.directory) / "inputs.pt"
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-
-
 OUTPUTS = ("outputs.pt", "outputs.json")
+SHARED_FILES = 64  # at most this many of a solution's /dev/shm files are handed over
+_SHARED_NAME = re.compile(r"(cuda\.shm\.\d+\.1\.\d+|torch_1_\d+_\d+)")  # what CUDA and torch share as PID 1
+
+
+def hand_shared(solution: Worker, reference: Worker) -> None:
+    """Before the reference worker opens the outputs the solution's worker shared by CUDA IPC: copy the files CUDA's
+    driver and torch wrote for them into the solution's own /dev/shm over to the reference's (each sandbox has its
+    own; the driver looks for the sharing process's file by its PID, 1, in the opener's /dev/shm). Only regular
+    files with those names, as small as that tmpfs; the reference, PID 2 in its sandbox, has none by those names."""
+    if not (solution.sandboxed and reference.sandboxed):
+        return
+    source_dir = Path(f"/proc/{solution.child_pid}/root{sandbox.SHM}")
+    target_dir = Path(f"/proc/{reference.child_pid}/root{sandbox.SHM}")
+    try:
+        names = sorted(n for n in os.listdir(source_dir) if _SHARED_NAME.fullmatch(n))[:SHARED_FILES]
+    except OSError:
+        return
+    for name in names:
+        try:
+            source = os.open(source_dir / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            found = os.fstat(source)
+            if not stat.S_ISREG(found.st_mode) or found.st_size > sandbox.SHM_MB << 20:
+                continue
+            target = target_dir / name
+            target.unlink(missing_ok=True)
+            with open(source, "rb", closefd=False) as reader, open(target, "xb") as writer:
+                shutil.copyfileobj(reader, writer, 1 << 20)
+        except OSError:
+            continue
+        finally:
+            os.close(source)
 
 
 def take_outputs(solution: Worker, exchange: str, options: Options) -> None:
@@ -486,6 +515,20 @@ def _spare_key(options: Options, extra: dict[str, str], role: str = "solution") 
     return (role, options.file_size_limit_mb, options.cpu_time_limit_s, options.memory_limit_gb,
             options.scratch_limit_mb, options.process_limit, options.sandbox, options.device != "cpu",
             options.cuda_home, options.extensions_dir, tuple(sorted(extra.items())))
+
+
+def _only_child(pid: int) -> int:
+    """The one child of `pid` (bwrap's init, whose child is the worker), once it exists; 0 if `pid` ends first."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return 0
+        if children:
+            return int(children[0])
+        time.sleep(0.001)
+    return 0
 
 
 def _child_pid(info: int) -> int:
@@ -673,8 +716,6 @@ class WorkerPool:
         """Keep `entry` for the next check of `key` while spares are kept (the server, batch mode); else close it.
         One entry a key: one kept before for the same key (two checks of one reference ran at once: "Save All") is
         closed; past `kept_references`, the least recently kept ones are."""
-        if entry.reply is not None and entry.inputs is None:
-            entry.inputs = inputs_stat(entry.exchange)
         evicted = []
         with self._lock:
             if self.spare_count and entry.usable():
@@ -732,19 +773,17 @@ def keep_reference(key: tuple, entry: KeptReference) -> None:
 
 @dataclass
 class KeptReference:
-    """A reference worker that outlives its check: its model, trial inputs (in `exchange`) and expected outputs
-    stay, so the next check of the same reference skips the reference stage (seconds for large inputs: making them,
-    running the reference, writing them out) and, with the compile baseline, torch.compile.
+    """A reference worker that outlives its check: its model and expected outputs (and trial inputs, where they
+    fit) stay, so the next check of the same reference skips the reference stage (seconds for large inputs) and,
+    with the compile baseline, torch.compile.
 
-    The candidate never runs in this process. Its worker copies the trial inputs from `exchange/inputs.pt`, or on a
-    GPU from this worker's memory by CUDA IPC before it imports the candidate, and hands its outputs back.
-    `reply` is the reference stage's answer, None while the worker still owes it (a check that ended at a compile
-    error never waited for it); `inputs` is inputs.pt's stat when kept, so a file changed since is not trusted."""
+    The candidate never runs in this process: its worker makes the same trial inputs itself from their seeds and
+    hands its outputs back into `exchange` (or by CUDA IPC). `reply` is the reference stage's answer, None while the
+    worker still owes it (a check that ended at a compile error never waited for it)."""
 
     worker: Worker
     exchange: str
     reply: messages.ReferenceMade | None = None
-    inputs: tuple[int, int, int] | None = None
 
     def close(self) -> None:
         self.worker.close()
@@ -752,17 +791,7 @@ class KeptReference:
 
     def usable(self) -> bool:
         owes = [] if self.reply is not None else [messages.MakeReference]  # the reference stage's, if anything
-        if self.worker.process.poll() is not None or list(self.worker.pending) != owes:
-            return False
-        return self.inputs is None or self.inputs == inputs_stat(self.exchange)
-
-
-def inputs_stat(exchange: str) -> tuple[int, int, int] | None:
-    try:
-        found = os.stat(Path(exchange) / "inputs.pt")
-    except OSError:
-        return None
-    return found.st_ino, found.st_size, found.st_mtime_ns
+        return self.worker.process.poll() is None and list(self.worker.pending) == owes
 
 
 def reference_key(reference: str, options: Options, extra_env: dict[str, str] | None = None) -> tuple:

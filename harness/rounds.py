@@ -156,6 +156,7 @@ def check_timed_calls(check: Any, reference: Any, solution: Any, exchange: str) 
     if isinstance(handed, Failed):
         raise HarnessError(f"handing over the timed calls' outputs failed: {handed.error}", "died", handed.traceback)
     process.take_outputs(solution, exchange, options)
+    process.hand_shared(solution, reference)
     if list(handed.calls) != calls:
         return findings.outside_clock(["it handed over other timed calls than the ones it said it kept"],
                                       check.forward_span())

@@ -1,6 +1,7 @@
 """The sandbox of every process that runs code from a file or a model: bubblewrap around a harness worker.
 
-Inside: the system read-only, an empty HOME and /tmp on one size-capped tmpfs (the only place it can write), no
+Inside: the system read-only, an empty HOME and /tmp on one size-capped tmpfs and a small /dev/shm of its own (the
+only places it can write), no
 network, its own PID/IPC/UTS namespaces with the worker as PID 1 (when it ends, the kernel ends everything the code
 started), no capabilities, only the GPU's device nodes, a scrubbed environment. Where bubblewrap cannot start,
 `status()` says why. `Cgroup` adds the limits rlimits cannot give: a process count and, with CUDA, memory.
@@ -20,6 +21,8 @@ from pathlib import Path
 
 SCRATCH = "/tmp"  # inside the sandbox: its tmpfs, holding HOME and TMPDIR
 HOME = SCRATCH + "/home"
+SHM = "/dev/shm"  # inside: a tmpfs of its own, SHM_MB in size (CUDA IPC and torch's shared memory write there)
+SHM_MB = 64
 
 # The variables a worker keeps; everything else (tokens, SSH agent sockets, proxies, the editor's own) is dropped.
 KEPT_VARIABLES = (
@@ -39,12 +42,16 @@ class Room:
     readable: host paths bound read-only (a solution's inputs folder, the build cache);
     writable: host folders bound read-write (a reference's exchange folder, the trusted builder's cache);
     scratch_mb: the size of its tmpfs (/tmp, with HOME and TMPDIR in it): its disk cap;
-    gpu: bind the NVIDIA device nodes."""
+    gpu: bind the NVIDIA device nodes;
+    pid1: the worker is its PID namespace's PID 1 (else bubblewrap's own init is, and the worker PID 2). CUDA's IPC
+    names a process by its PID inside its namespace: a worker that opens another sandbox's shared memory must not
+    have the PID of the one that shared it (`process.hand_shared`)."""
 
     scratch_mb: int = 1024
     readable: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     gpu: bool = False
+    pid1: bool = True
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,8 @@ def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = No
          info_fd: int | None = None) -> list[str]:
     """The bwrap command line that runs `argv` in `room`, with `env` (already scrubbed) as its whole environment."""
     args = [tool, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--size", str(max(1, room.scratch_mb) << 20), "--tmpfs", SCRATCH, "--dir", HOME]
+            "--size", str(max(1, room.scratch_mb) << 20), "--tmpfs", SCRATCH, "--dir", HOME,
+            "--size", str(SHM_MB << 20), "--tmpfs", SHM]
     for folder in _hidden():
         args += ["--tmpfs", folder]
     for path in _runtime_paths():  # the interpreter, its packages and the CUDA toolkit, where a hidden folder held them
@@ -105,9 +113,10 @@ def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = No
     for folder in _hidden():  # empty and read-only: only the scratch tmpfs, with its size cap, takes writes
         args += ["--remount-ro", folder]
     # --as-pid-1: the worker itself is PID 1, so its host PID (bwrap's "child-pid") is the one to stop, continue and
-    # watch, and its end ends the namespace; no process inside can signal anything outside it
+    # watch, and its end ends the namespace. Without it bwrap's init is PID 1 and ends (and the namespace with it)
+    # when the worker does. Either way no process inside can signal anything outside it
     args += ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
-             "--as-pid-1", "--new-session", "--hostname", "dice-sandbox", "--chdir", HOME]
+             *(["--as-pid-1"] if room.pid1 else []), "--new-session", "--hostname", "dice-sandbox", "--chdir", HOME]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     if env is not None:
@@ -129,8 +138,7 @@ def _hidden() -> list[str]:
     """Folders replaced by an empty tmpfs: the user's home, other users' homes, and where sockets and other
     processes' scratch live."""
     hidden = []
-    for path in (os.path.expanduser("~"), "/home", "/root", "/run", "/var/run", "/var/tmp", "/dev/shm", "/mnt",
-                 "/media"):
+    for path in (os.path.expanduser("~"), "/home", "/root", "/run", "/var/run", "/var/tmp", "/mnt", "/media"):
         real = os.path.realpath(path)
         if real != "/" and os.path.isdir(real) and real not in hidden and real != SCRATCH:
             hidden.append(real)

@@ -34,7 +34,6 @@ def _local_arch(fallback: str) -> str:
 def build(side: Side, command: Build) -> Built:
     """Import the solution: its load_inline calls build (or load from the cache) here."""
     options = side.options = command.options
-    side.received = _receive_inputs(command.handout)  # first: nothing of the solution's has run here yet
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch(command.arch)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     side.builder = Builder(options.cache_dir, arch, side.ask)
@@ -43,26 +42,6 @@ def build(side: Side, command: Build) -> Built:
     side.module = load_module(command.path, "dice_solution")
     return Built(extensions=tuple(side.builder.extensions), arch=arch, cuda_available=torch.cuda.is_available(),
                  has_model_new=hasattr(side.module, "ModelNew"))
-
-
-def _receive_inputs(handout: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The trial inputs a kept reference worker handed out (`_hand_out`), copied out of its memory by CUDA IPC.
-
-    Done before the solution is imported, and the views go as soon as they are copied (torch closes a mapping with
-    its last view), so no code of the solution's ever runs while this process can reach the reference's memory.
-    None when there is nothing to receive or it fails: the inputs come from the exchange file then."""
-    if not handout:
-        return None
-
-    def own(row: list[dict[str, Any] | None]) -> list[torch.Tensor | None]:
-        return [None if entry is None else verify.receive([entry])[0].clone() for entry in row]
-
-    try:
-        received = {"trials": [own(row) for row in handout["trials"]], "changed": own(handout["changed"])}
-        torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001  (any failure means the file, which always holds the inputs)
-        return None
-    return received
 
 
 def compile_call(side: Side, command: Compile) -> Compiled:
@@ -78,73 +57,87 @@ def prepare(side: Side, command: Prepare) -> Prepared:
 
 
 EXPECTED_ON_GPU = 0.05  # the share of the GPU's memory a reference worker may keep expected outputs and inputs in
+KEPT_ON_HOST = 1 << 30  # on the CPU: bytes of expected outputs and inputs a reference worker keeps
+KEEP_VARIABLE = "DICE_HARNESS_KEEP_BYTES"  # overrides either bound (0: keep nothing, make every trial again)
 
 
 def reference(side: Side, command: MakeReference) -> ReferenceMade:
-    """Build Model after the seed, make every trial's inputs, keep the expected outputs here."""
+    """Build Model after the seed, make every trial's inputs from its seed, keep the expected outputs.
+
+    Kept while they fit (EXPECTED_ON_GPU of the GPU's memory, KEPT_ON_HOST on the CPU): compare then reads them in
+    place at every check of a kept reference (5120x5120 outputs: 0.7 GB made again each time otherwise). Past that,
+    nothing of a trial is kept: compare makes its inputs again from the seed and runs the reference again, one
+    trial at a time, so an 8.6 GB problem never holds more than one trial's inputs and outputs here."""
     options = side.options = command.options
     side.device = pick_device(options.device)
     runtime.set_precision(options.tf32, options.cudnn_tf32)
     module = side.module = load_module(command.path, "dice_reference")
-    init = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
-    torch.manual_seed(options.seed)
-    side.model = module.Model(*init).to(side.device).eval()
-    trials = []
-    # The expected outputs stay on the GPU while they fit in EXPECTED_ON_GPU of its memory: compare reads them in
-    # place at every check of a kept reference (5120x5120 outputs: 0.7 GB copied to the GPU again each time
-    # otherwise); past that they wait in host memory, so an idle kept worker never holds much of the user's GPU
+    side.model = _model(module, module.Model, options.seed, side.device)
     total = torch.cuda.get_device_properties(side.device).total_memory if side.device.type == "cuda" else 0
-    room = [EXPECTED_ON_GPU * total]
-
-    def expected(outputs: Any) -> list[torch.Tensor]:
-        values = verify.flatten(outputs)
-        size = sum(v.numel() * v.element_size() for v in values)
-        on_gpu = size <= room[0] and all(v.is_cuda for v in values)
-        room[0] -= size if on_gpu else 0
-        return verify.copies(values, on_gpu)
-
+    room = float(os.environ.get(KEEP_VARIABLE) or (EXPECTED_ON_GPU * total if total else KEPT_ON_HOST))
+    side.trials, side.expected, dtypes = [], [], set()
     with torch.no_grad():
-        for seed in verify.trial_seeds(options.seed, options.correctness_trials):
-            torch.manual_seed(seed)
-            inputs = list(module.get_inputs())
-            trials.append((seed, inputs))
-            side.expected.append(expected(side.model(*verify.to_device(inputs, side.device))))
-        torch.manual_seed(options.seed + verify.CHANGED_SEED_OFFSET)
-        changed = list(module.get_inputs())
-        side.expected_changed = expected(side.model(*verify.to_device(changed, side.device)))
-    side.trials = trials
-    torch.save({"init": init, "trials": trials, "changed": changed}, Path(command.exchange) / "inputs.pt")
-    sets = [inputs for _seed, inputs in trials] + [changed]
-    size = sum(t.numel() * t.element_size() for inputs in sets for t in inputs if isinstance(t, torch.Tensor))
-    handout = _hand_out(side, sets) if side.device.type == "cuda" and size <= room[0] else None
-    return ReferenceMade(device=_device_name(side.device), **runtime.precision_state(), handout=handout,
-                         dtypes=tuple(sorted({str(t.dtype) for out in side.expected for t in out})))
+        for seed in [*verify.trial_seeds(options.seed, options.correctness_trials),
+                     options.seed + verify.CHANGED_SEED_OFFSET]:
+            inputs, _where = verify.make_inputs(module, seed, side.device)
+            values = verify.flatten(side.model(*inputs))
+            dtypes |= {str(v.dtype) for v in values}
+            size = _bytes(values) + _bytes(inputs)
+            keep = size <= room
+            room -= size if keep else 0
+            side.trials.append((seed, inputs if keep else None))
+            side.expected.append(verify.copies(values, side.device.type == "cuda") if keep else None)
+            del inputs, values
+    side.expected_changed = side.expected.pop()
+    side.changed_trial = side.trials.pop()
+    _give_back(side)
+    return ReferenceMade(device=_device_name(side.device), **runtime.precision_state(), dtypes=tuple(sorted(dtypes)))
 
 
-def _hand_out(side: Side, sets: list[list[Any]]) -> dict[str, Any] | None:
-    """Copies of every trial's inputs on the GPU, kept by this (reference) worker for the solution workers of this
-    and later checks to copy by CUDA IPC (`_receive_inputs`): with 4864x4864 inputs, loading them from the file took
-    a re-check's solution worker 0.2 s. Contiguous tensors only (a description has no strides); None for the rest,
-    which come from the file. The descriptions, JSON-ready; None when sharing fails."""
-    side.handout = [[v.detach().to(side.device, copy=True) if _shareable(v) else None for v in inputs]  # own copies
-                    for inputs in sets]
-    try:
-        described = [[None if t is None else verify.share([t])[0] for t in row] for row in side.handout]
-    except (RuntimeError, OSError):
-        side.handout = []
-        return None
-    return {"trials": described[:-1], "changed": described[-1]}
+def _give_back(side: Side) -> None:
+    """Return the GPU memory of trials not kept to the driver (torch's allocator would hold it): the solution's
+    worker needs it for the same trials, on the same GPU, at the same time."""
+    if side.device.type == "cuda" and any(inputs is None for _seed, inputs in side.trials):
+        torch.cuda.empty_cache()
 
 
-def _shareable(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.is_contiguous() and value.numel() > 0
+def _model(module: Any, cls: Any, seed: int, device: torch.device) -> Any:
+    """`cls(*get_init_inputs())` on `device`, the seed set before each (both sides make the same model)."""
+    torch.manual_seed(seed)
+    init = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
+    torch.manual_seed(seed)
+    return cls(*init).to(device).eval()
+
+
+def _bytes(values: list[Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+
+
+def _trial(side: Side, index: int) -> list[Any]:
+    """A reference worker's trial inputs: the kept ones, or made again from the trial's seed."""
+    seed, inputs = side.changed_trial if index == len(side.trials) else side.trials[index]
+    return inputs if inputs is not None else verify.make_inputs(side.module, seed, side.device)[0]
+
+
+def _expected(side: Side, index: int) -> list[torch.Tensor]:
+    """The expected outputs of a trial (index len(trials): the changed inputs'): kept, or made again."""
+    kept = side.expected_changed if index == len(side.trials) else side.expected[index]
+    if kept is not None:
+        return kept
+    with torch.no_grad():
+        return verify.flatten(side.model(*_trial(side, index)))
 
 
 BASE_BYTES = 512 << 20  # what the trials' inputs kept for timing (`timing.FreshInputs`) may take, past two trials
+# Each trial's inputs stay alive until every trial ran while they fit this: a forward that keys a cache by pointers
+# then meets new pointers every trial, as it would with inputs held by a caller, and only the changed inputs (same
+# pointers, new values) catch it as "output-cached". Past it (GB inputs), a trial's memory goes before the next's.
+HELD_BYTES = 1 << 30
 
 
 def run(side: Side, command: RunSolution) -> Ran:
-    """Build ModelNew after the same seed and run every trial, then the first trial again on changed inputs.
+    """Build ModelNew after the same seed and run every trial on inputs made here from its seed, then the first
+    trial again on changed inputs.
 
     Also: what forward returned (plain tensors?), which inputs it wrote into, which threads and processes the
     solution started and when (import, __init__, forward), and copies of the trials' inputs, taken before forward
@@ -155,68 +148,61 @@ def run(side: Side, command: RunSolution) -> Ran:
     before = runtime.precision_state()
     census = side.census if side.census is not None else runtime.baseline(options.device)
     started = _described(runtime.started_since(census), "at import")
-    # Mapped, not read: a kept reference's inputs stay in the page cache between checks, and with 4096x4096 inputs
-    # reading them into fresh memory took most of a second (the mapping is private: writes never reach the file)
-    data = torch.load(Path(command.exchange) / "inputs.pt", weights_only=False, mmap=True)
-    torch.manual_seed(options.seed)
-    side.model = side.module.ModelNew(*data["init"]).to(side.device).eval()
+    reference = load_module(command.reference, "dice_inputs")
+    side.model = _model(reference, side.module.ModelNew, options.seed, side.device)
     seen = runtime.census()
     started += _described(runtime.started_since(census, seen), "in __init__")
     sharing = command.share and side.device.type == "cuda"
-    outputs, mutated, lazy, room = [], set(), "", [BASE_BYTES]
-    side.bases = []
+    outputs, mutated, lazy, made, held, room = [], set(), "", set(), [], HELD_BYTES
+    side.bases, side.trials = [], []
     with torch.no_grad():
         first = None
-        received, side.received = side.received, None
-        for index, (seed, inputs) in enumerate(data["trials"]):
-            tensors = _inputs(inputs, received["trials"][index] if received else None, side.device)
-            if received:
-                received["trials"][index] = None  # each trial's copies go with it
+        for index, seed in enumerate(verify.trial_seeds(options.seed, options.correctness_trials)):
+            tensors, where = verify.make_inputs(reference, seed, side.device)
+            made.add(where)
             copies = [verify.clone(t) for t in tensors]  # before forward may write into its inputs
-            _keep_base(side, copies, room)
+            _keep_base(side.bases, copies)
             if index == 0:  # timed and inspected later, and changed in place below
                 first, side.trials = tensors, [(seed, copies)]
             result = side.model(*tensors)
             lazy = lazy or verify.plain(result, side.device)
             mutated |= {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
             outputs.append(verify.copies(verify.flatten(result), sharing))
-        changed = _inputs(data["changed"], received["changed"] if received else None, side.device)
+            if _bytes(tensors) <= room:  # alive to the end: the next trial's inputs get other addresses
+                held.append(tensors)
+                room -= _bytes(tensors)
+            del tensors, copies, result
+        changed, _where = verify.make_inputs(reference, options.seed + verify.CHANGED_SEED_OFFSET, side.device)
         count = verify.change_in_place(first, changed)
+        del changed
         copies = [verify.clone(t) for t in first]
         result = side.model(*first)
         lazy = lazy or verify.plain(result, side.device)
         mutated |= {i for i, (a, b) in enumerate(zip(copies, first)) if not verify.same(a, b)}
         changed_out = verify.copies(verify.flatten(result), sharing)
+        del first, copies, result, held
         if side.device.type == "cuda":
             torch.cuda.synchronize()
     started += _described(runtime.started_since(census, seen), "in forward")
     side.census = {**census, **runtime.census()}  # reported once: the timing reports only what starts after
     side.outputs = {"trials": outputs, "changed": changed_out}
-    handed = _hand_over(side, Path(command.outputs or command.exchange), sharing)
+    handed = _hand_over(side, Path(command.outputs), sharing)
     after = runtime.precision_state()
     return Ran(device=_device_name(side.device), changed_tensors=count, threads=tuple(started),
                precision_before=before, precision_after=after, outputs=handed,
-               inputs="shared" if received else "file", mutated=tuple(sorted(mutated)), lazy=lazy,
+               inputs="device" if made == {"device"} else "host", mutated=tuple(sorted(mutated)), lazy=lazy,
                tampered=tuple(SEAL.broken()), bases=len(side.bases))
 
 
-def _keep_base(side: Side, inputs: list[Any], room: list[int]) -> None:
-    """Keep one trial's inputs for the timed calls to mix: the first two always, more while they fit BASE_BYTES."""
-    size = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
-    if len(side.bases) < 2 or size <= room[0]:
-        side.bases.append(inputs)
-        room[0] -= size
+def _keep_base(bases: list[list[Any]], inputs: list[Any]) -> None:
+    """Keep one trial's inputs for the timed calls to mix: the first two always, more while all fit BASE_BYTES.
+    Both sides keep by this rule, so the reference worker's bases are the solution's."""
+    if len(bases) < 2 or sum(_bytes(b) for b in bases) + _bytes(inputs) <= BASE_BYTES:
+        bases.append(inputs)
 
 
 def _described(found: dict[str, str], when: str) -> list[str]:
     return [f"{key} '{name}' ({when})" for key, name in found.items()]
-
-
-def _inputs(from_file: list[Any], received: list[Any] | None, device: torch.device) -> list[Any]:
-    """One trial's inputs on `device`: the copies received from the reference worker where there are, else the
-    file's."""
-    received = received or [None] * len(from_file)
-    return [verify.to_device(value if got is None else got, device) for value, got in zip(from_file, received)]
 
 
 def _hand_over(side: Side, exchange: Path, sharing: bool) -> str:
@@ -279,11 +265,17 @@ def _compare(side: Side, command: Compare) -> Compared:
     atol, rtol = side.options.atol, side.options.rtol
     trials = []
     device = side.device if side.device.type == "cuda" else None  # on the GPU: 16 M elements in ms, not seconds
-    for (seed, _inputs), expected, outputs in zip(side.trials, side.expected, got["trials"]):
+    if len(got["trials"]) != len(side.trials):
+        raise ValueError(f"{len(got['trials'])} trials' outputs handed over for {len(side.trials)} trials")
+    norms = []
+    for index, ((seed, _inputs), outputs) in enumerate(zip(side.trials, got["trials"])):
+        expected = _expected(side, index)  # one trial at a time: made again when too large to keep
         trials.append(TrialResult(seed=seed, **verify.compare(outputs, expected, atol, rtol, device)))
-    changed = verify.compare(got["changed"], side.expected_changed, atol, rtol, device)
-    trials.append(TrialResult(seed=side.options.seed + verify.CHANGED_SEED_OFFSET, **changed, changed_inputs=True))
-    norms = [verify.norm(t, device) for out in side.expected for t in out]
+        norms += [verify.norm(t, device) for t in expected]
+        del expected
+    changed = verify.compare(got["changed"], _expected(side, len(side.trials)), atol, rtol, device)
+    trials.append(TrialResult(seed=side.changed_trial[0], **changed, changed_inputs=True))
+    _give_back(side)
     if side.itself is None:
         side.itself = _itself(side, device)
     unstable, mutates = side.itself
@@ -295,11 +287,12 @@ def _itself(side: Side, device: torch.device | None) -> tuple[str, tuple[int, ..
     """Run the reference twice on copies of the first trial's inputs: whether it agrees with itself (a reference
     that does not is no target for any solution: its own second run would "mismatch"), and which inputs it writes
     into (a solution may then write into them too). Once per reference worker."""
-    _seed, inputs = side.trials[0]
+    _seed = side.trials[0][0]
+    inputs = _trial(side, 0)
     runs, mutates = [], set()
     with torch.no_grad():
         for _ in range(2):
-            given = [verify.clone(t) for t in verify.to_device(inputs, side.device)]
+            given = [verify.clone(t) for t in inputs]
             kept = [verify.clone(t) for t in given]
             runs.append(verify.copies(verify.flatten(side.model(*given)), side.device.type == "cuda"))
             mutates |= {i for i, (a, b) in enumerate(zip(kept, given)) if not verify.same(a, b)}
@@ -316,7 +309,7 @@ def inspect(side: Side, command: Inspect) -> Inspected:
     first time (its model and inputs do not change)."""
     side.outputs = None  # compared by now: the GPU copies handed over go
     if side.work is None or not side.expected:  # the solution's worker inspects once, a reference's keeps it
-        inputs = verify.to_device(side.trials[0][1], side.device)
+        inputs = _trial(side, 0) if side.expected else side.trials[0][1]
         given = [verify.clone(t) for t in inputs]  # forward may write into them
         side.work = runtime.work(lambda: side.model(*given), list(command.kernels),
                                  getattr(side.module, "__file__", "") or "", side.device)
@@ -368,19 +361,17 @@ def time(side: Side, command: Time) -> Timed:
 
 def _timed_copies(side: Side) -> list[Any]:
     """Copies, on the device, of the first trial's inputs for the timed calls (never the inputs kept elsewhere:
-    fresh values are written into these): the handout's on a kept reference's GPU, else the trial's own."""
-    on_gpu = side.handout[0] if side.handout else [None] * len(side.trials[0][1])
-    return [verify.clone(verify.to_device(v, side.device)) if g is None else g.clone()
-            for v, g in zip(side.trials[0][1], on_gpu)]
+    fresh values are written into these)."""
+    inputs = _trial(side, 0) if side.expected else side.trials[0][1]
+    return [verify.clone(t) for t in inputs]
 
 
 def _bases(side: Side) -> list[list[Any]]:
-    """The trials' inputs the timed calls mix, on the device: the solution's copies (`run`), or the reference's
-    trials (the handout's GPU copies where there are)."""
+    """The trials' inputs the timed calls mix, on the device: the solution's copies (`run`), or on the reference's
+    side the same trials, kept by the same rule (`_keep_base`)."""
     if not side.bases:
-        shared = side.handout or [[None] * len(inputs) for _seed, inputs in side.trials]
-        side.bases = [[verify.to_device(v, side.device) if g is None else g for v, g in zip(inputs, row)]
-                      for (_seed, inputs), row in zip(side.trials, shared)]
+        for index in range(len(side.trials)):
+            _keep_base(side.bases, _trial(side, index))
     return side.bases
 
 

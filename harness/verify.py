@@ -1,12 +1,15 @@
 """Verify stage: trial inputs with fresh seeds, the outputs of each side, and their element-by-element comparison.
 
-The reference worker makes the inputs and keeps the expected outputs; the solution worker only ever sees inputs.
+Each worker makes every trial's inputs itself from the trial's seed (`make_inputs`); the reference worker keeps the
+expected outputs, and the solution worker only ever sees inputs.
 """
 
 from __future__ import annotations
 
 import base64
 import math
+import random
+import sys
 from typing import Any, Callable
 
 import torch
@@ -16,6 +19,35 @@ CHANGED_SEED_OFFSET = 10_000  # the in-place changed inputs use seed + this
 
 def trial_seeds(seed: int, trials: int) -> list[int]:
     return [seed + 1 + i for i in range(trials)]
+
+
+def make_inputs(module: Any, seed: int, device: torch.device) -> tuple[list[Any], str]:
+    """One trial's inputs on `device`, as KernelBench makes them (the seed, then get_inputs()), and where they were
+    made: "device" or "host". On a GPU, get_inputs runs with the GPU as torch's default device, so its tensors are
+    made there (an 8.6 GB input: milliseconds, against seconds on the CPU and as much host memory); a get_inputs that
+    cannot run so (numpy, an explicit device="cpu" mix) runs again on the host. Every worker calls this with the
+    same module, seed and device, so each makes the same values itself: no tensor data goes between processes."""
+    seed_all(seed)
+    if device.type == "cuda":
+        try:
+            with torch.device(device):
+                made = list(module.get_inputs())
+            return to_device(made, device), "device"
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception:  # noqa: BLE001  (made again on the host, where any error of its own is raised)
+            seed_all(seed)
+    return to_device(list(module.get_inputs()), device), "host"
+
+
+def seed_all(seed: int) -> None:
+    """torch's generators (KernelBench's convention), and Python's and numpy's too: a get_inputs drawing from
+    those must make the same values in every worker."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % (1 << 32))
 
 
 def flatten(value: Any) -> list[torch.Tensor]:
@@ -180,7 +212,12 @@ def compare(got: list[torch.Tensor], expected: list[torch.Tensor], atol: float, 
     return _on_gpu_or_cpu(lambda where: _compare(got, expected, atol, rtol, where), device)
 
 
-def _compare(got, expected, atol, rtol, device) -> dict[str, Any]:
+COMPARE_CHUNK = 1 << 25  # elements compared at once: float64 temporaries of a few hundred MB, whatever the output
+
+
+def _compare(got, expected, atol, rtol, device, chunk: int = COMPARE_CHUNK) -> dict[str, Any]:
+    """`compare`, one output and one chunk of its elements at a time: an output of 2.3e9 elements needs 18 GB per
+    float64 temporary whole, more than a GPU (or the worker's memory limit) leaves once both sides hold theirs."""
     result: dict[str, Any] = {"passed": True, "max_abs_error": 0.0, "max_rel_error": 0.0, "where": "",
                               "relative_l2": 0.0, "note": "", "dtype_notes": []}
     if len(got) != len(expected):
@@ -194,28 +231,33 @@ def _compare(got, expected, atol, rtol, device) -> dict[str, Any]:
             result["dtype_notes"].append(f"{label} is {g.dtype}, the reference is {e.dtype}")
         if g.numel() == 0:
             continue
-        g64 = g.to(device=device, dtype=torch.float64).reshape(-1)
-        e64 = e.to(device=device, dtype=torch.float64).reshape(-1)
-        if not torch.isfinite(g64).all() and not (torch.isnan(g64) == torch.isnan(e64)).all():
+        g_flat, e_flat = g.reshape(-1), e.reshape(-1)
+        nonfinite = nan_differs = False
+        for start in range(0, g_flat.numel(), chunk):
+            g64 = g_flat[start:start + chunk].to(device=device, dtype=torch.float64)
+            e64 = e_flat[start:start + chunk].to(device=device, dtype=torch.float64)
+            nonfinite = nonfinite or not bool(torch.isfinite(g64).all())
+            nan_differs = nan_differs or not bool((torch.isnan(g64) == torch.isnan(e64)).all())
+            abs_err = torch.sub(g64, e64).abs_()
+            abs_err.masked_fill_(torch.isnan(abs_err), math.inf)
+            ref_sq += float(torch.where(torch.isfinite(e64), e64, 0.0).square_().sum())
+            e_abs = e64.abs()  # not in place: e64 may be the caller's tensor itself (float64 already on `device`)
+            result["max_rel_error"] = max(result["max_rel_error"], float((abs_err / e_abs.clamp_min(1e-12)).max()))
+            excess = abs_err - e_abs.mul_(rtol).add_(atol)  # |g - e| - (atol + rtol |e|): positive where not close
+            flat = int(torch.argmax(excess))
+            if float(excess[flat]) > worst:
+                worst = float(excess[flat])
+                index = unravel(start + flat, tuple(g.shape))
+                result["where"] = f"{label}[{', '.join(map(str, index))}]" if index else label
+            result["max_abs_error"] = max(result["max_abs_error"], float(abs_err.max()))
+            # Every element within its bound is allclose; else (or NaN) ask allclose itself: equal infinities are close
+            if not float(excess[flat]) <= 0 and not torch.allclose(g64, e64, atol=atol, rtol=rtol):
+                result["passed"] = False
+            finite = torch.isfinite(abs_err)
+            diff_sq += float(torch.where(finite, abs_err, 0.0).square_().sum()) + (0.0 if finite.all() else math.inf)
+            del g64, e64, abs_err, e_abs, excess, finite
+        if nonfinite and nan_differs:
             result.update(passed=False, note=f"{label} has NaN or inf where the reference has none")
-        abs_err = torch.sub(g64, e64).abs_()
-        abs_err.masked_fill_(torch.isnan(abs_err), math.inf)
-        finite_ref = torch.isfinite(e64)
-        ref_sq += float(torch.where(finite_ref, e64, 0.0).square_().sum())
-        e_abs = e64.abs()  # not in place: e64 may be the caller's tensor itself (float64 already on `device`)
-        result["max_rel_error"] = max(result["max_rel_error"], float((abs_err / e_abs.clamp_min(1e-12)).max()))
-        excess = abs_err - e_abs.mul_(rtol).add_(atol)  # |g - e| - (atol + rtol |e|): positive where not close
-        flat = int(torch.argmax(excess))
-        if float(excess[flat]) > worst:
-            worst = float(excess[flat])
-            index = unravel(flat, tuple(g.shape))
-            result["where"] = f"{label}[{', '.join(map(str, index))}]" if index else label
-        result["max_abs_error"] = max(result["max_abs_error"], float(abs_err.max()))
-        # Every element within its bound is allclose; otherwise (or NaN) ask allclose itself: equal infinities are close
-        if not float(excess[flat]) <= 0 and not torch.allclose(g64, e64, atol=atol, rtol=rtol):
-            result["passed"] = False
-        finite = torch.isfinite(abs_err)
-        diff_sq += float(torch.where(finite, abs_err, 0.0).square_().sum()) + (0.0 if finite.all() else math.inf)
     empty = 0.0 if diff_sq == 0 else math.inf
     result["relative_l2"] = math.sqrt(diff_sq) / math.sqrt(ref_sq) if ref_sq > 0 else empty
     return result

@@ -35,10 +35,10 @@ def test_cuda_kernel_is_verified_timed_and_profiled(files, gpu_options):
     assert next(s.detail for s in report.stages if s.name == "verify").endswith("outputs by CUDA IPC")
 
 
-def test_a_kept_reference_hands_its_inputs_over_by_cuda_ipc_and_keeps_them_whole(files, gpu_options):
-    """Re-checks of a kept reference: the solution's worker copies the trial inputs out of the reference worker's
-    GPU memory before it imports the solution. A solution that writes into its inputs changes only its own copies:
-    the next check still gets the reference's, and a wrong solution is still caught."""
+def test_re_checks_of_a_kept_reference_make_their_inputs_on_the_gpu_and_share_outputs_by_ipc(files, gpu_options):
+    """Re-checks of a kept reference: each solution worker makes the trial inputs itself, on the GPU, from their
+    seeds, and hands its outputs over by CUDA IPC between the two sandboxes. A solution that writes into its inputs
+    changes only its own: the next check's inputs are the same, and a wrong solution is still caught."""
     pool = harness.WorkerPool()
     pool.keep_warm(1)
     options = gpu_options.with_(baseline="eager", timing_trials=20)
@@ -53,7 +53,7 @@ def test_a_kept_reference_hands_its_inputs_over_by_cuda_ipc_and_keeps_them_whole
     assert [r.status for r in reports] == ["correct", "correct", "correct", "mismatch"], \
         [(r.summary(), r.message, r.log[-2000:]) for r in reports]
     verify = [next(s.detail for s in r.stages if s.name == "verify") for r in reports]
-    assert verify[0].startswith("inputs through a file") and all(v.startswith("inputs by CUDA IPC") for v in verify[1:])
+    assert all(v == "inputs made by each worker (on the GPU), outputs by CUDA IPC" for v in verify), verify
     assert [t.max_abs_error for t in reports[2].trials] == [t.max_abs_error for t in reports[0].trials]
 
 

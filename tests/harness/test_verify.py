@@ -101,3 +101,29 @@ def test_unreadable_shared_outputs_make_the_reference_ask_for_a_file(tmp_path):
     torch.save({"trials": [[torch.ones(3)]], "changed": [torch.ones(3)]}, tmp_path / "outputs.pt")
     answer = stages.compare(side, Compare(exchange=str(tmp_path)))
     assert [t.passed for t in answer.trials] == [True, True] and answer.unshared == ""
+
+
+@pytest.mark.parametrize("case", ["close", "one element off", "nan where none", "inf both", "wrong late"])
+def test_a_comparison_in_chunks_says_what_one_pass_says(case):
+    """Outputs of billions of elements are compared a chunk at a time (`verify.COMPARE_CHUNK`); the verdict, the
+    worst element and where it is, and the errors must not depend on the chunk size."""
+    torch.manual_seed(0)
+    expected = torch.randn(6, 37)
+    got = expected + 1e-7 * torch.randn(6, 37)
+    if case == "one element off":
+        got[2, 5] += 0.5
+    elif case == "nan where none":
+        got[4, 1] = float("nan")
+    elif case == "inf both":
+        got[0, 0] = expected[0, 0] = float("inf")
+    elif case == "wrong late":
+        got[5, 36] -= 3.0
+    whole = verify._compare([got], [expected], 1e-5, 1e-5, None, chunk=10**9)
+    for chunk in (1, 7, 64):
+        parts = verify._compare([got], [expected], 1e-5, 1e-5, None, chunk=chunk)
+        # (with an infinity in both, one pass's worst element and relative error are the NaN of inf - inf, which
+        # hides every other element's: chunks other than that one still say theirs)
+        keys = ("passed", "note", "max_abs_error") + (() if case == "inf both" else ("where", "max_rel_error"))
+        assert {k: parts[k] for k in keys} == {k: whole[k] for k in keys}
+        assert parts["relative_l2"] == pytest.approx(whole["relative_l2"], rel=1e-9, nan_ok=True)
+    assert whole["passed"] == (case in ("close", "inf both")), whole

@@ -1,0 +1,80 @@
+"""Trial inputs are made by each worker from the trial's seed (issue 25): no input data goes between processes, so a
+problem with inputs of many gigabytes needs no file, and a reference too large to keep makes its trials again.
+
+C++-only candidates, run for real on the CPU; the GPU path (inputs made on the device) is in test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dice_lsp import harness
+from dice_lsp.harness import stages, verify
+
+NUMPY_REFERENCE = '''
+import numpy as np
+import random
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    # numpy's and Python's generators, not torch's: every worker must still make the same values
+    a = torch.from_numpy(np.random.rand(64, 32).astype("float32"))
+    b = torch.full((64, 32), random.random())
+    return [a, b]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+class _Module:
+    def __init__(self, make):
+        self.get_inputs = make
+
+
+def test_the_same_seed_makes_the_same_inputs_and_another_seed_others():
+    module = _Module(lambda: [torch.randn(4, 3), 7])
+    first, where = verify.make_inputs(module, 3, torch.device("cpu"))
+    again, _ = verify.make_inputs(module, 3, torch.device("cpu"))
+    other, _ = verify.make_inputs(module, 4, torch.device("cpu"))
+    assert where == "host" and first[1] == 7
+    assert torch.equal(first[0], again[0]) and not torch.equal(first[0], other[0])
+
+
+def test_a_reference_drawing_from_numpy_and_random_still_agrees_across_workers(files, options):
+    report = harness.check(NUMPY_REFERENCE, files.solution("return self.ext.add_values(a, b)"), options)
+    assert report.status == "correct", report.summary() + report.log
+    verify_stage = next(s for s in report.stages if s.name == "verify")
+    assert "inputs made by each worker (on the host)" in verify_stage.detail
+
+
+@pytest.mark.parametrize("forward, status", [
+    ("return self.ext.add_values(a, b)", "correct"),
+    ("return self.ext.add_values(a, a)", "mismatch"),
+])
+def test_a_reference_that_keeps_nothing_makes_every_trial_again(files, options, forward, status):
+    """With no room to keep them, the reference worker makes each trial's inputs and expected outputs again at
+    compare time (one trial at a time): the verdict is the same as with everything kept."""
+    report = harness.check(files.text("add_reference.py"), files.solution(forward), options,
+                           extra_env={stages.KEEP_VARIABLE: "0"})
+    assert report.status == status, report.summary() + report.log
+    if status == "correct":
+        assert len(report.trials) == options.correctness_trials + 1 and all(t.passed for t in report.trials)
+
+
+def test_a_candidate_that_changes_how_its_own_inputs_are_made_only_fails_itself(files, options):
+    """Its worker makes its inputs after importing it, so it can patch torch.randn there: it then gets zeros, but the
+    expected outputs were made from the reference worker's own inputs, which it cannot reach."""
+    prelude = "import torch as _t\n_t.randn = lambda *size, **kw: _t.zeros(*size, **kw)\n"
+    report = harness.check(files.text("add_reference.py"),
+                           files.solution("return a * 0", prelude), options)
+    assert report.status == "mismatch", report.summary()
