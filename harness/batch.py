@@ -126,36 +126,55 @@ def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None,
     (None: `process.default_pool`); it keeps spares for the next checks while the batch runs."""
     options = options or Options()
     prebuild([solution for _, solution in pairs], options, workers)
-    ready: queue.Queue[int | None] = queue.Queue()
+    built = _Built()
     for index in range(len(pairs)):
-        ready.put(index)
-    with closing(_checks(pairs, ready, options, gpus, pool or process.default_pool)) as each:
+        built.add(index)
+    with closing(_checks(pairs, built, options, gpus, pool or process.default_pool)) as each:
         for checked in each:
             yield checked.index, checked.report
 
 
-def _checks(pairs: Sequence[tuple[str, str]], ready: queue.Queue[int | None], options: Options,
-            gpus: list[str] | None, pool: WorkerPool, on_check: Callable[[str, int], None] = lambda kind, index: None,
-            cancel: threading.Event | None = None) -> Iterator[Checked]:
-    """Each pair checked as its index comes out of `ready` (built by then), one check per GPU slot at a time; ends
-    when every pair is checked, or at None (the builds were cancelled). `on_check("check-start"|"check-end", i)`
-    is told on the checking thread. Closing it early cancels the checks in progress and starts no more."""
+class _Built:
+    """Which pairs of a batch are built: each check waits for its own pair's build (checks run in the pairs' order,
+    as single mode would one after another); `close` releases every wait (the builds were cancelled)."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.done: set[int] = set()
+        self.closed = False
+
+    def add(self, index: int) -> None:
+        with self.condition:
+            self.done.add(index)
+            self.condition.notify_all()
+
+    def close(self) -> None:
+        with self.condition:
+            self.closed = True
+            self.condition.notify_all()
+
+    def wait(self, index: int) -> bool:
+        """True once pair `index` is built; False when closed first."""
+        with self.condition:
+            self.condition.wait_for(lambda: index in self.done or self.closed)
+            return index in self.done
+
+
+def _checks(pairs: Sequence[tuple[str, str]], built: _Built, options: Options, gpus: list[str] | None,
+            pool: WorkerPool, on_check: Callable[[str, int], None] = lambda kind, index: None) -> Iterator[Checked]:
+    """Each pair checked in order once it is built, one check per GPU slot at a time. `on_check("check-start" or
+    "check-end", index)` is told on the checking thread. Closing it early cancels the checks in progress and starts
+    no more."""
     slots = (gpus if gpus is not None else visible_gpus()) if options.device != "cpu" else []
     done: queue.Queue[Checked | None] = queue.Queue()
-    cancel = cancel or threading.Event()
-    taken = [0]  # indices taken so far, shared by the slots (under `lock`)
+    cancel = threading.Event()
+    order = iter(range(len(pairs)))
     lock = threading.Lock()
 
     def take() -> int | None:
         with lock:
-            if taken[0] >= len(pairs) or cancel.is_set():
-                return None
-            index = ready.get()
-            if index is None:
-                cancel.set()
-                return None
-            taken[0] += 1
-            return index
+            index = None if cancel.is_set() else next(order, None)
+        return index if index is not None and built.wait(index) and not cancel.is_set() else None
 
     def drain(gpu: str | None) -> None:
         env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
@@ -189,18 +208,18 @@ def _checks(pairs: Sequence[tuple[str, str]], ready: queue.Queue[int | None], op
                     yield item
         finally:
             cancel.set()
-            ready.put(None)  # a slot waiting for a build that will not come
+            built.close()  # a slot waiting for a build that will not come
             for thread in threads:
                 thread.join()
 
 
 class _Batch:
-    """One submitted batch: its pairs, the indices whose builds have ended (in that order), each build's seconds."""
+    """One submitted batch: its pairs, which of them are built, each build's seconds."""
 
     def __init__(self, number: int, pairs: Sequence[tuple[str, str]]) -> None:
         self.number = number
         self.pairs = list(pairs)
-        self.built: queue.Queue[int | None] = queue.Queue()
+        self.built = _Built()
         self.build_s: dict[int, float] = {}
 
 
@@ -208,7 +227,7 @@ class Pipeline:
     """Batches of (reference, solution) pairs, built on all cores while the batch before is checked.
 
     `submit(pairs)` queues a batch's builds at once (behind those submitted earlier, every core busy across the
-    batches' edges); `results(batch)` checks that batch, each pair as soon as its build has ended, and yields each
+    batches' edges); `results(batch)` checks that batch in order, each pair once its build has ended, and yields each
     `Checked` as its check ends. A caller submits the next batch, then takes this one's results: the GPU checks one
     batch while the compilers work on the next, and nothing else of the caller's (a decoder) shares the GPU with a
     check, since submitting runs no code of the candidates'. Closing cancels the builds and checks still running."""
@@ -259,7 +278,7 @@ class Pipeline:
         finally:
             for index in indices:
                 batch.build_s[index] = seconds
-                batch.built.put(index)
+                batch.built.add(index)
 
     def _tell(self, event: Event) -> None:
         try:
@@ -283,5 +302,5 @@ class Pipeline:
         """Cancel the builds still running (their workers and compilers are killed) and wait for their threads."""
         self.cancel.set()
         self.builders.shutdown(wait=True, cancel_futures=True)
-        for batch in self.batches:  # a builds' queue that a cancelled build never reached
-            batch.built.put(None)
+        for batch in self.batches:  # checks waiting for a build that was cancelled before it began
+            batch.built.close()

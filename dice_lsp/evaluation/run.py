@@ -93,9 +93,12 @@ def evaluate(plan: Plan, source: Source, settings: dict, on_event: Callable[[Eve
         wanted = plan.keys()
         skipped = sum(1 for key in wanted if key in done)
         bar = Progress(progress_bar(len(wanted), skipped, plan.progress), on_event)
-        # A reference and a solution worker start while the previous check runs; none are left once eval ends.
+        # A reference and a solution worker start while the previous check runs; none are left once eval ends. A
+        # reference worker is kept only for the next sample of its problem: another problem's check never comes
+        # back to it, and one of a big problem holds its trials' inputs and outputs.
+        pool = harness.WorkerPool(kept_references=1 if plan.samples > 1 else 0)
         try:
-            with harness.spares_while(2), Pipeline(plan.options, plan.workers, on_event=bar.event) as pipeline:
+            with pool.spares_while(2), Pipeline(plan.options, plan.workers, pool=pool, on_event=bar.event) as pipeline:
                 waiting: deque[tuple[int, list[Kernel]]] = deque()
                 for group in batches(plan, done):
                     ready = fetch(group, source, references, log, bar)
