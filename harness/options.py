@@ -29,6 +29,7 @@ class Options:
     warmup_trials: int = 10
     timing_budget_s: float = 0.1  # a short forward gets trials past timing_trials until the loop has run this long
     timing_rounds: int = 4  # the sides take turns, round by round, so a drifting GPU clock affects them alike
+    timing_cap_s: float = 20.0  # a side's timed forwards over all rounds stop near this (long forwards get fewer)
     warmup_s: float = 0.01  # each round's warm-up lasts at least this long too (the clock ramps up from idle)
     timed_checks: int = 2  # timed calls a round whose outputs are kept (chosen after they ran) and compared
     timing_threads: int = 1  # CPU intra-op threads both sides are timed with; 1 times CPU time, more wall time

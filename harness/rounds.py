@@ -46,6 +46,7 @@ def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
     clock: list[str] = []
     seen: dict[str, list[str]] = {"lazy": [], "threads": [], "tampered": []}
     check.timed_calls = []
+    estimate_ms = _forward_estimate_ms(check)
     with check.pool.quiet():  # no spare warms up beside a timed forward
         for turn in range(rounds):
             # Later rounds follow other sides' forwards on a GPU at full clock: one forward, or a quarter of the
@@ -58,7 +59,7 @@ def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
                     continue
                 so_far = [m for part in parts[name] for m in [samples.summary(part["samples"])["median_ms"]]]
                 trials = samples.round_trials(options.timing_trials, rounds, options.timing_budget_s,
-                                              min(so_far) if so_far else None)
+                                              min(so_far) if so_far else None, options.timing_cap_s, estimate_ms)
                 ours = name == "solution"
                 command = Time(compiled=compiled, trials=trials, warmup=warmup, warm_s=warm_s, round=turn,
                                check=check.token, fresh=ours or cpu, watch=ours, keep=options.timed_checks if ours
@@ -92,8 +93,27 @@ def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
            if part and name not in failed}
     _speedups(check, raw)
     if not any(s.name == "time" for s in check.stages):
-        check.stage("time", started)
+        check.stage("time", started, detail=capped(check.fields.get("timings", {}), options))
     return None
+
+
+def _forward_estimate_ms(check: Any) -> float | None:
+    """An upper bound on one forward's time before any round ran: the verify stage's seconds (the solution's
+    trials, one forward each plus making their inputs, and the comparison) per forward it ran."""
+    verify = next((s for s in check.stages if s.name == "verify"), None)
+    if verify is None or verify.seconds <= 0:
+        return None
+    return verify.seconds * 1e3 / (check.options.correctness_trials + 1)
+
+
+def capped(timings: dict[str, Any], options: Any) -> str:
+    """The time stage's note when the time cap cut a side's trials below `timing_trials`."""
+    short = {name: t.trials for name, t in timings.items() if t.trials < options.timing_trials}
+    if not short:
+        return ""
+    counts = ", ".join(f"{name} {count}" for name, count in short.items())
+    return (f"long forwards: timed forwards capped near {options.timing_cap_s:g} s a side ({counts}, "
+            f"not {options.timing_trials})")
 
 
 def _findings(check: Any, parts: dict[str, list[dict[str, Any]]], clock: list[str],

@@ -19,15 +19,28 @@ def summary(samples: list[float]) -> dict[str, float]:
             "max_ms": ordered[-1]}
 
 
-def round_trials(trials: int, rounds: int, budget_s: float, median_ms: float | None) -> int:
+MIN_ROUND_TRIALS = 3  # a round capped by the time cap still times this many forwards
+
+
+def round_trials(trials: int, rounds: int, budget_s: float, median_ms: float | None, cap_s: float = 0.0,
+                 estimate_ms: float | None = None) -> int:
     """How many timed forwards the next round of one side gets, agreed before it runs (the caller checks the count):
     the round's share of `trials`, and for a short forward more, up to ten times that, while the round's share of
-    `budget_s` lasts at the median measured so far (None: the side's first round, which gets the share alone)."""
+    `budget_s` lasts at the median measured so far (None: the side's first round, which gets the share alone).
+
+    A long forward gets fewer: with `cap_s`, a side's rounds together time at most about that many seconds, at the
+    median so far or, in the first round, at `estimate_ms` (an upper bound: the verify stage's seconds per forward),
+    never fewer than MIN_ROUND_TRIALS a round. KernelBench's 100 trials of a 1 s forward, on each side, in every
+    re-check, would keep an editor waiting minutes for a number 10 trials give as well."""
     share = max(1, -(-trials // max(rounds, 1)))
-    if not median_ms or median_ms <= 0:
-        return share
-    wanted = math.ceil(budget_s / max(rounds, 1) * 1e3 / median_ms)
-    return max(share, min(10 * share, wanted))
+    count = share
+    if median_ms and median_ms > 0:
+        wanted = math.ceil(budget_s / max(rounds, 1) * 1e3 / median_ms)
+        count = max(share, min(10 * share, wanted))
+    pace = median_ms if median_ms and median_ms > 0 else estimate_ms
+    if cap_s > 0 and pace and pace > 0:
+        count = min(count, max(MIN_ROUND_TRIALS, math.floor(cap_s / max(rounds, 1) * 1e3 / pace)))
+    return count
 
 
 ROUND_OUTLIER = 0.25  # a round whose median is this much above the middle of the side's round medians is left out

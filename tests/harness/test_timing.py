@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dice_lsp import harness
 from dice_lsp.harness import Options, WorkerPool, messages, process, samples, timing
 
 
@@ -29,6 +30,31 @@ def test_a_short_forward_gets_more_trials_in_later_rounds_up_to_ten_times_its_sh
     assert samples.round_trials(100, 4, 0.1, 0.5) == 50  # 25 ms at 0.5 ms a forward
     assert samples.round_trials(100, 4, 0.1, 5.0) == 25  # never below the share
     assert samples.round_trials(7, 3, 0.0, 0.001) == 3
+
+
+def test_a_long_forward_gets_fewer_trials_under_the_time_cap():
+    """The time cap (issue 25): 20 s a side over 4 rounds is 5 s a round; at 1 s a forward, 5 trials a round, never
+    fewer than MIN_ROUND_TRIALS; the first round goes by the verify stage's estimate; short forwards are untouched."""
+    assert samples.round_trials(100, 4, 0.1, 1000.0, cap_s=20.0) == 5
+    assert samples.round_trials(100, 4, 0.1, None, cap_s=20.0, estimate_ms=1000.0) == 5  # first round, estimated
+    assert samples.round_trials(100, 4, 0.1, 10_000.0, cap_s=20.0) == samples.MIN_ROUND_TRIALS
+    assert samples.round_trials(100, 4, 0.1, 0.5, cap_s=20.0) == 50  # short: the budget's extra trials stay
+    assert samples.round_trials(100, 4, 0.1, None, cap_s=20.0, estimate_ms=40.0) == 25  # no cap at 40 ms
+    assert samples.round_trials(100, 4, 0.1, 1000.0, cap_s=0.0) == 25  # no cap set: KernelBench's share
+
+
+def test_a_check_of_a_long_forward_times_fewer_trials_and_says_so(files, options):
+    """A forward that keeps the CPU busy for tens of milliseconds, checked with a 1 s cap: the time stage says how
+    many forwards each side got, and the report's timings hold those counts (CPU time is what a CPU check times,
+    so the forward must work, not sleep)."""
+    busy = "sum(range(2_000_000))"
+    reference = files.text("add_reference.py").replace("return a + b", f"{busy}\n        return a + b")
+    solution = files.solution(f"{busy}\n        return self.ext.add_values(a, b)")
+    report = harness.check(reference, solution, options.with_(timing_trials=100, timing_cap_s=1.0))
+    assert report.status == "correct", report.summary() + report.log
+    detail = next(s.detail for s in report.stages if s.name == "time")
+    assert detail.startswith("long forwards: timed forwards capped near 1 s a side"), detail
+    assert all(t.trials < 100 for t in report.timings.values()), report.timings
 
 
 @pytest.mark.gpu
