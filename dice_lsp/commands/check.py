@@ -32,19 +32,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_check_options(group, baseline: str = "both",
                       baseline_help: str = "which references to time (default both)", sandbox: str = "auto") -> None:
-    """The harness's flags, shared by every command that checks kernels (check, eval). `sandbox`: the default of
-    --sandbox ("require" where the code is a model's, as in eval)."""
-    group.add_argument("--trials", type=positive, default=5, help="correctness trials (default 5)")
-    group.add_argument("--timing-trials", type=count, default=100,
-                       help="timed trials per side (default 100; 0, with --baseline none, times nothing)")
-    group.add_argument("--tolerance", type=number(), default=1e-2, help="atol = rtol for allclose (default 1e-2)")
+    """The harness's flags, shared by every command that checks kernels (check, eval), with the harness's own
+    defaults (harness.Options owns them). `sandbox`: the default of --sandbox ("require" where the code is a
+    model's, as in eval)."""
+    owner = Options()
+    group.add_argument("--trials", type=positive, default=owner.correctness_trials,
+                       help="correctness trials (default %(default)s)")
+    group.add_argument("--timing-trials", type=count, default=owner.timing_trials,
+                       help="timed trials per side (default %(default)s; 0, with --baseline none, times nothing)")
+    group.add_argument("--tolerance", type=number(), default=owner.atol,
+                       help="atol = rtol for allclose (default %(default)g)")
     group.add_argument("--baseline", choices=("eager", "compile", "both", "none"), default=baseline,
                        help=baseline_help)
     group.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
     group.add_argument("--tf32", action="store_true", help="allow TF32 matmuls, on both sides")
-    group.add_argument("--build-timeout", type=number(low_open=True), default=600.0, help="seconds (default 600)")
-    group.add_argument("--run-timeout", type=number(low_open=True), default=120.0,
-                       help="seconds per run stage (default 120)")
+    group.add_argument("--build-timeout", type=number(low_open=True), default=owner.build_timeout,
+                       help="seconds (default %(default)g)")
+    group.add_argument("--run-timeout", type=number(low_open=True), default=owner.run_timeout,
+                       help="seconds per run stage (default %(default)g)")
     group.add_argument("--plain-build", action="store_true", help="build with load_inline only, no light build")
     group.add_argument("--sandbox", choices=("auto", "require", "off"), default=sandbox,
                        help="run the code of both files in a bubblewrap sandbox: auto (where it can start, with a "

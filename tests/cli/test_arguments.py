@@ -99,3 +99,16 @@ def test_model_written_code_requires_the_sandbox_by_default():
     assert options_from(parser.parse_args(["eval", "problems", "--model", "m"])).sandbox == "require"
     assert options_from(parser.parse_args(["eval", "problems", "--sandbox", "off"])).sandbox == "off"
     assert parser.parse_args(["data", "curate", "in.jsonl", "out.jsonl"]).sandbox == "require"
+
+
+@pytest.mark.parametrize("command", [["check", "ref.py"], ["eval", "problems"]])
+def test_check_flags_default_to_the_harness_options(command):
+    """harness.Options owns how a check runs: with no flags, check and eval check as it would."""
+    from dice_lsp.commands.check import options_from
+    from dice_lsp.harness import Options
+
+    args = build_parser().parse_args(command)
+    ours, owner = options_from(args), Options()
+    for name in ("correctness_trials", "timing_trials", "atol", "rtol", "build_timeout", "run_timeout", "device",
+                 "light_build", "tf32"):
+        assert getattr(ours, name) == getattr(owner, name), name
