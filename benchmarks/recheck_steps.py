@@ -46,7 +46,7 @@ def main() -> None:
         (solution, messages.Build(path=solution.file("solution.py", solution_text), options=cached)),
         (reference, messages.MakeReference(path=reference.file("reference.py", reference_text), options=cached,
                                            exchange=exchange)),
-        (solution, messages.RunSolution(reference=solution.file("reference.py", reference_text),
+        (solution, messages.RunSolution(reference=solution.file("inputs.py", process.input_recipe(reference_text)),
                                         outputs=solution.inner_scratch, share=True)),
         (reference, messages.Compare(exchange=exchange)),
         (reference, messages.Time()),

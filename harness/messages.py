@@ -295,7 +295,7 @@ class RunSolution(Command):
 
     tag: ClassVar[str] = "run"
     answer: ClassVar[type[Reply]] = Ran
-    reference: str  # the reference's file, for its get_init_inputs and get_inputs
+    reference: str  # the reference's input recipe (`process.input_recipe`): its get_init_inputs and get_inputs
     share: bool = False
     outputs: str = ""  # the folder to write outputs.pt or outputs.json into; "": exchange
 

@@ -219,9 +219,10 @@ class _Check:
         options = self.options
         started = time.perf_counter()
         self.on_stage("run")
-        # The reference's file, for its get_inputs, reaches the solution's folder (which its sandbox reads and never
-        # writes) only now, after the solution's import
-        ran = self.call(solution, RunSolution(reference=solution.file("reference.py", self.reference),
+        # How the reference makes its inputs (its file without class Model) reaches the solution's folder, which its
+        # sandbox reads and never writes, only now, after the solution's import
+        recipe = solution.file("inputs.py", process.input_recipe(self.reference))
+        ran = self.call(solution, RunSolution(reference=recipe,
                                               outputs=solution.inner_scratch, share=True), "verify", options.run_timeout)
         if not isinstance(ran, Failed):
             process.take_outputs(solution, exchange, options)

@@ -5,6 +5,7 @@ A worker that hangs, segfaults or runs out of memory ends only itself; its death
 
 from __future__ import annotations
 
+import ast
 import atexit
 import collections
 import concurrent.futures
@@ -432,6 +433,18 @@ def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel:
         return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
                          output=f"{made.error}\n{made.traceback}")
     return made.extension
+
+
+def input_recipe(reference: str) -> str:
+    """The reference's file without its class Model: what the solution's worker needs to make the trial inputs
+    (imports, constants, helpers, get_inputs, get_init_inputs) and nothing of the op it must compute. A reference
+    that does not parse is returned as it is (the check has refused it before this is asked)."""
+    try:
+        tree = ast.parse(reference)
+    except SyntaxError:
+        return reference
+    tree.body = [node for node in tree.body if not (isinstance(node, ast.ClassDef) and node.name == "Model")]
+    return ast.unparse(tree) + "\n"
 
 
 OUTPUTS = ("outputs.pt", "outputs.json")

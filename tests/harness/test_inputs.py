@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dice_lsp import harness
-from dice_lsp.harness import stages, verify
+from dice_lsp.harness import process, stages, verify
 
 NUMPY_REFERENCE = '''
 import numpy as np
@@ -78,3 +78,49 @@ def test_a_candidate_that_changes_how_its_own_inputs_are_made_only_fails_itself(
     report = harness.check(files.text("add_reference.py"),
                            files.solution("return a * 0", prelude), options)
     assert report.status == "mismatch", report.summary()
+
+
+SEEKER = '''import os, re, sys
+
+
+def _reference_seen():
+    """Anything of the reference's op this process can read: a file beside this one, or a loaded module."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if path == os.path.abspath(__file__):
+            continue
+        try:
+            text = open(path).read()
+        except Exception:
+            continue
+        if re.search("class Model[(:]", text) or "a + b" in text:
+            return path
+    for module in list(sys.modules.values()):
+        if module is not None and module.__name__ != __name__ and isinstance(vars(module).get("Model"), type):
+            return module.__name__
+    return ""
+
+'''
+
+
+def test_the_solution_worker_gets_how_inputs_are_made_never_the_reference_op(files, options):
+    """Its worker needs get_inputs to make the trials' inputs: it gets the reference's file without class Model
+    (`process.input_recipe`), so a candidate that looks for the op to copy, in its folder or in its modules, finds
+    nothing, and here computes the honest answer."""
+    solution = files.solution("seen = _reference_seen()\n"
+                              "        return self.ext.add_values(a, a) if seen else self.ext.add_values(a, b)",
+                              SEEKER)
+    report = harness.check(files.text("add_reference.py"), solution, options)
+    assert report.status == "correct", report.summary() + report.log
+
+
+def test_the_input_recipe_keeps_everything_but_the_model():
+    text = (
+        "import torch\nN = 4\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n\n\n"
+        "class Helper:\n    pass\n\n\ndef get_inputs():\n    return [torch.rand(N)]\n\n\ndef get_init_inputs():\n"
+        "    return []\n")
+    recipe = process.input_recipe(text)
+    assert "class Model" not in recipe and "x * 2" not in recipe
+    assert all(part in recipe for part in ("N = 4", "class Helper", "def get_inputs", "def get_init_inputs"))
+    assert process.input_recipe("def broken(:") == "def broken(:"

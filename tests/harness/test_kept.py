@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from dice_lsp import harness
-from dice_lsp.harness import messages, process, stages
+from dice_lsp.harness import messages, process
 
 pytestmark = pytest.mark.slow
 
