@@ -14,7 +14,6 @@ import random
 import re
 from dataclasses import dataclass, replace
 
-import torch
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,10 @@ def _split_top(text: str) -> list[str]:
 
 
 def input_bytes(problem: Problem, values: dict[str, str]) -> int:
-    """Bytes of get_inputs' tensors at these sizes, counted on the meta device (nothing is allocated)."""
+    """Bytes of get_inputs' tensors at these sizes, counted on the meta device (nothing is allocated). torch is
+    imported here: the command line's --help must not pay for it."""
+    import torch
+
     space: dict = {"torch": torch, "math": __import__("math")}
     for name, value in values.items():
         space[name] = eval(value, space)  # literals this package wrote
