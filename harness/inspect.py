@@ -144,6 +144,9 @@ def _top_library_ops(events: list[Any]) -> list[Any]:
     return found
 
 
+MARKER = "spin_kernel"  # torch.cuda._sleep's kernel: `_profile`'s marker of forward's own stream, in no share
+
+
 def _profile(forward: Callable[[], Any], cuda: bool, repeats: int, file: str | None) -> list[Any]:
     """The profiler's events over `repeats` forwards, each inside a "dice::forward" range; with `file`, every
     PyTorch call labelled with its line there (`_Lines`, which costs host time of its own)."""
@@ -154,6 +157,8 @@ def _profile(forward: Callable[[], Any], cuda: bool, repeats: int, file: str | N
     # default there times each operator with CUDA events and names no kernel at all (H200, torch 2.11: a raw
     # <<<>>> launch's time went to the operator before it, and the solution's own kernels "never launched")
     with autograd_profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=cuda) as prof:
+        if cuda:  # a marker (MARKER) on the stream forward is called on, which the timer's events are recorded on
+            torch.cuda._sleep(1)
         for _ in range(repeats):
             with record_function("dice::forward"), (_Lines(file) if file else contextlib.nullcontext()):
                 forward()
@@ -199,10 +204,13 @@ def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.de
 
 
 def _streams(events: list[Any]) -> int:
-    """How many CUDA streams forward's kernels ran on (copies and fills left out): the timer's events see one."""
+    """How many CUDA streams forward's kernels ran on (copies, fills and our ranges left out), counting the stream
+    forward was called on, which the timer's events see: `_profile` launches a marker kernel there first. So a
+    forward whose every kernel runs on a stream of its own counts two, as one that splits its work does."""
     found = set()
     for event in events:
-        if getattr(event, "device_type", None) != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+        if getattr(event, "device_type", None) != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset",
+                                                                                             "dice::")):
             continue
         found.add(getattr(event, "device_resource_id", None))
     return len(found)
@@ -220,7 +228,7 @@ def _kernel_rows(prof: Any, own: list[str], repeats: int) -> list[dict[str, Any]
     rows = []
     for event in prof.key_averages():
         time_us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "self_cuda_time_total", 0.0))
-        if time_us <= 0 or event.key.startswith("dice::"):
+        if time_us <= 0 or event.key.startswith("dice::") or names_kernel(event.key, MARKER):
             continue
         match = next((name for name in own if names_kernel(event.key, name)), None)
         rows.append({"name": match or event.key, "time_us": time_us / repeats, "launches": event.count // repeats,

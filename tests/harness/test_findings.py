@@ -2,7 +2,7 @@
 
 from dice_lsp.anatomy import parse
 from dice_lsp.anatomy.types import Span
-from dice_lsp.harness.findings import from_kernels, from_run, from_trials
+from dice_lsp.harness.findings import from_kernels, from_run, from_streams, from_trials
 from dice_lsp.harness.messages import Ran, TrialResult
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.report import KernelShare
@@ -45,3 +45,25 @@ def test_kernel_not_launched(files):
     assert finding.code == "kernel-not-launched" and "unused_kernel" in finding.message
     assert finding.severity == "warning"
     assert {f.severity for f in from_kernels([], anatomy)} == {"error"}
+
+
+def test_kernels_only_on_a_stream_of_their_own_count_as_a_side_stream():
+    """The profile's marker kernel runs on the stream forward was called on (the timer's); a forward whose kernels
+    all run on another stream therefore counts two streams and gets the side-stream warning, as does one that
+    splits its work; copies, fills and our own ranges are no kernels. (Events as the kineto profiler gives them.)"""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from dice_lsp.harness import inspect as runtime
+
+    def kernel(name, stream, kind=DeviceType.CUDA):
+        return SimpleNamespace(name=name, device_resource_id=stream, device_type=kind)
+
+    marker = kernel("void at::native::(anonymous namespace)::spin_kernel(long)", 7)
+    honest = [marker, kernel("add_kernel(float const*, float const*, float*, int)", 7), kernel("dice::forward", 0)]
+    aside = [marker, kernel("add_kernel(float const*, float const*, float*, int)", 13),
+             kernel("Memcpy DtoD (Device -> Device)", 7), kernel("aten::empty_like", 0, DeviceType.CPU)]
+    assert runtime._streams(honest) == 1 and from_streams(1, Span(0, 0)) == []
+    assert runtime._streams(aside) == 2
+    assert [f.code for f in from_streams(runtime._streams(aside), Span(0, 0))] == ["side-stream"]
