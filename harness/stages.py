@@ -5,10 +5,11 @@ Each takes the worker's `Side` and its command (`messages`), and returns its rep
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
@@ -76,11 +77,12 @@ def reference(side: Side, command: MakeReference) -> ReferenceMade:
     total = torch.cuda.get_device_properties(side.device).total_memory if side.device.type == "cuda" else 0
     room = float(os.environ.get(KEEP_VARIABLE) or (EXPECTED_ON_GPU * total if total else KEPT_ON_HOST))
     side.trials, side.expected, dtypes = [], [], set()
-    with torch.no_grad():
+    with torch.no_grad(), _plain_oom(side, "making the reference's expected outputs"):
         for seed in [*verify.trial_seeds(options.seed, options.correctness_trials),
                      options.seed + verify.CHANGED_SEED_OFFSET]:
             inputs, _where = verify.make_inputs(module, seed, side.device)
             values = verify.flatten(side.model(*inputs))
+            side.trial_bytes = _bytes(inputs) + _bytes(values)
             dtypes |= {str(v.dtype) for v in values}
             size = _bytes(values) + _bytes(inputs)
             keep = size <= room
@@ -99,6 +101,16 @@ def _give_back(side: Side) -> None:
     worker needs it for the same trials, on the same GPU, at the same time."""
     if side.device.type == "cuda" and any(inputs is None for _seed, inputs in side.trials):
         torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def _plain_oom(side: Side, what: str) -> Iterator[None]:
+    """A GPU out of memory, said in numbers (`verify.out_of_memory`) instead of torch's allocator dump."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError:
+        side.outputs = None
+        raise MemoryError(verify.out_of_memory(what, side.trial_bytes, side.device)) from None
 
 
 def _model(module: Any, cls: Any, seed: int, device: torch.device) -> Any:
@@ -155,11 +167,12 @@ def run(side: Side, command: RunSolution) -> Ran:
     sharing = command.share and side.device.type == "cuda"
     outputs, mutated, lazy, made, held, room = [], set(), "", set(), [], HELD_BYTES
     side.bases, side.trials = [], []
-    with torch.no_grad():
+    with torch.no_grad(), _plain_oom(side, "running the solution's trials"):
         first = None
         for index, seed in enumerate(verify.trial_seeds(options.seed, options.correctness_trials)):
             tensors, where = verify.make_inputs(reference, seed, side.device)
             made.add(where)
+            side.trial_bytes = _bytes(tensors)
             copies = [verify.clone(t) for t in tensors]  # before forward may write into its inputs
             _keep_base(side.bases, copies)
             if index == 0:  # timed and inspected later, and changed in place below
@@ -168,6 +181,7 @@ def run(side: Side, command: RunSolution) -> Ran:
             lazy = lazy or verify.plain(result, side.device)
             mutated |= {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
             outputs.append(verify.copies(verify.flatten(result), sharing))
+            side.trial_bytes = _bytes(tensors) + _bytes(outputs[-1])
             if _bytes(tensors) <= room:  # alive to the end: the next trial's inputs get other addresses
                 held.append(tensors)
                 room -= _bytes(tensors)

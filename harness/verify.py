@@ -40,6 +40,16 @@ def make_inputs(module: Any, seed: int, device: torch.device) -> tuple[list[Any]
     return to_device(list(module.get_inputs()), device), "host"
 
 
+def out_of_memory(what: str, trial_bytes: int, device: torch.device) -> str:
+    """What a worker that ran out of GPU memory says, in numbers: what one trial takes, and what the GPU has."""
+    free, total = torch.cuda.mem_get_info(device)
+    held = torch.cuda.memory_reserved(device)
+    return (f"the GPU ran out of memory {what}: one trial's inputs and outputs take {trial_bytes / 1e9:.2f} GB, and a "
+            f"check holds a few trials' worth on each side; the GPU has {total / 1e9:.1f} GB, {free / 1e9:.1f} GB "
+            f"free, {held / 1e9:.1f} GB held by this worker. Smaller inputs in get_inputs, or a GPU with more memory, "
+            "would let it run")
+
+
 def seed_all(seed: int) -> None:
     """torch's generators (KernelBench's convention), and Python's and numpy's too: a get_inputs drawing from
     those must make the same values in every worker."""

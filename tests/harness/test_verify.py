@@ -127,3 +127,19 @@ def test_a_comparison_in_chunks_says_what_one_pass_says(case):
         assert {k: parts[k] for k in keys} == {k: whole[k] for k in keys}
         assert parts["relative_l2"] == pytest.approx(whole["relative_l2"], rel=1e-9, nan_ok=True)
     assert whole["passed"] == (case in ("close", "inf both")), whole
+
+
+def test_running_out_of_gpu_memory_is_said_in_numbers(monkeypatch):
+    """A trial that does not fit the GPU ends the stage with what one trial takes and what the GPU has, not torch's
+    allocator dump. (The GPU's numbers are stand-ins: this machine has none.)"""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2e9, 80e9))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 70e9)
+    side = Side()
+    side.device, side.trial_bytes = torch.device("cuda", 0), 18_120_000_000
+    with pytest.raises(MemoryError) as raised:
+        with stages._plain_oom(side, "running the solution's trials"):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.44 GiB")
+    said = str(raised.value)
+    assert said.startswith("the GPU ran out of memory running the solution's trials: one trial's inputs and outputs "
+                           "take 18.12 GB"), said
+    assert "the GPU has 80.0 GB, 2.0 GB free, 70.0 GB held by this worker" in said and "Tried" not in said
