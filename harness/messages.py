@@ -98,6 +98,8 @@ class ReferenceMade(Reply):
     cudnn_tf32: bool
     matmul_precision: str
     dtypes: tuple[str, ...]  # of the expected outputs
+    trial_bytes: int = 0  # one trial's inputs and expected outputs
+    device_bytes: int = 0  # the GPU's memory (0 on the CPU)
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,8 @@ class RunSolution(Command):
     answer: ClassVar[type[Reply]] = Ran
     reference: str  # the reference's input recipe (`process.input_recipe`): its get_init_inputs and get_inputs
     share: bool = False
+    trials: tuple[int, ...] | None = None  # which trials this call runs; None: every one
+    changed: bool = True  # and then the first trial again on changed inputs
     outputs: str = ""  # the folder to write outputs.pt or outputs.json into; "": exchange
 
 
@@ -315,6 +319,8 @@ class Compare(Command):
     tag: ClassVar[str] = "compare"
     answer: ClassVar[type[Reply]] = Compared
     exchange: str
+    trials: tuple[int, ...] | None = None  # the trials whose outputs were handed over; None: every one
+    changed: bool = True  # and the changed inputs' outputs
 
 
 @dataclass(frozen=True)

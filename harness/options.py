@@ -25,6 +25,7 @@ def default_cache_dir() -> str:
 @dataclass(frozen=True)
 class Options:
     correctness_trials: int = 5
+    trials_at_once: int = 0  # trials the solution's worker runs before its outputs are compared; 0: as the GPU fits
     timing_trials: int = 100
     warmup_trials: int = 10
     timing_budget_s: float = 0.1  # a short forward gets trials past timing_trials until the loop has run this long

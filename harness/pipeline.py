@@ -24,8 +24,8 @@ from dice_lsp.harness import diagnostics, findings, process, rounds
 from dice_lsp.harness.build import Extension
 from dice_lsp.harness.cache import clean_stale_locks
 from dice_lsp.harness.errors import HarnessError
-from dice_lsp.harness.messages import (Build, Command, Compare, Failed, Inspect, MakeReference, Reply, RunSolution,
-                                       SaveOutputs)
+from dice_lsp.harness.messages import (Build, Command, Compare, Compared, Failed, Inspect, MakeReference, Ran,
+                                       ReferenceMade, Reply, RunSolution, SaveOutputs)
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.process import WorkerPool
 from dice_lsp.harness.report import Report, Stage, Trial
@@ -218,34 +218,54 @@ class _Check:
                         reference_dtypes: tuple[str, ...]) -> Report:
         options = self.options
         started = time.perf_counter()
-        self.on_stage("run")
+        made = self.kept.reply
+        if made is not None and made.device_bytes and made.trial_bytes * ONE_TRIAL_AT_LEAST > made.device_bytes:
+            gb = 1e9
+            return self.report("invalid", f"this problem does not fit this GPU: one trial's inputs and outputs take "
+                               f"{made.trial_bytes / gb:.1f} GB and a check holds at least {ONE_TRIAL_AT_LEAST} times "
+                               f"that across its two workers ({made.trial_bytes * ONE_TRIAL_AT_LEAST / gb:.1f} GB); "
+                               f"the GPU has {made.device_bytes / gb:.1f} GB. Smaller inputs in get_inputs, or a GPU "
+                               "with more memory, would let it run")
         # How the reference makes its inputs (its file without class Model) reaches the solution's folder, which its
         # sandbox reads and never writes, only now, after the solution's import
         recipe = solution.file("inputs.py", process.input_recipe(self.reference))
-        ran = self.call(solution, RunSolution(reference=recipe,
-                                              outputs=solution.inner_scratch, share=True), "verify", options.run_timeout)
-        if not isinstance(ran, Failed):
+        groups = trial_groups(made, options)
+        rans: list[Ran] = []
+        compares: list[Compared] = []
+        handed = "outputs by CUDA IPC"
+        for trials, changed in groups:  # every trial at once, or a few at a time when they do not fit together
+            self.on_stage("run")
+            ran = self.call(solution, RunSolution(reference=recipe, outputs=solution.inner_scratch, share=True,
+                                                  trials=trials, changed=changed), "verify", options.run_timeout)
+            if isinstance(ran, Failed):
+                self.stage("verify", started, "failed", ran.error)
+                self.findings.append(Finding("crash", f"forward raised {ran.error}", self.forward_span(), "error"))
+                return self.report("crashed", ran.error, log=ran.traceback)
             process.take_outputs(solution, exchange, options)
             process.hand_shared(solution, reference)
-        if isinstance(ran, Failed):
-            self.stage("verify", started, "failed", ran.error)
-            self.findings.append(Finding("crash", f"forward raised {ran.error}", self.forward_span(), "error"))
-            return self.report("crashed", ran.error, log=ran.traceback)
-        self.on_stage("compare")
-        compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
-        handed = "outputs by CUDA IPC" if ran.outputs == "shared" else "outputs through a file"
-        if not isinstance(compared, Failed) and compared.unshared:  # the outputs shared by CUDA IPC did not open
-            handed = f"outputs through a file (CUDA IPC failed: {compared.unshared})"
-            saved = self.call(solution, SaveOutputs(exchange=solution.inner_scratch), "verify", options.run_timeout)
-            if isinstance(saved, Failed):
-                raise HarnessError(f"writing the outputs failed: {saved.error}", "died", saved.traceback)
-            process.take_outputs(solution, exchange, options)
-            compared = self.call(reference, Compare(exchange=exchange), "verify", options.run_timeout)
+            self.on_stage("compare")
+            compare = Compare(exchange=exchange, trials=trials, changed=changed)
+            compared = self.call(reference, compare, "verify", options.run_timeout)
+            if ran.outputs != "shared":
+                handed = "outputs through a file"
+            if not isinstance(compared, Failed) and compared.unshared:  # the outputs shared by CUDA IPC did not open
+                handed = f"outputs through a file (CUDA IPC failed: {compared.unshared})"
+                saved = self.call(solution, SaveOutputs(exchange=solution.inner_scratch), "verify",
+                                  options.run_timeout)
+                if isinstance(saved, Failed):
+                    raise HarnessError(f"writing the outputs failed: {saved.error}", "died", saved.traceback)
+                process.take_outputs(solution, exchange, options)
+                compared = self.call(reference, compare, "verify", options.run_timeout)
+            if isinstance(compared, Failed):
+                reference.kill()  # its state is unknown now: never kept for another check
+                raise HarnessError(compared.error, "died", compared.traceback)
+            rans.append(ran)
+            compares.append(compared)
+        ran, compared = merged_runs(rans), merged_comparisons(compares)
         handed = f"inputs made by each worker ({'on the GPU' if ran.inputs == 'device' else 'on the host'}), {handed}"
-        self.share_timed = handed.endswith("outputs by CUDA IPC")  # the timed calls' outputs go the same way
-        if isinstance(compared, Failed):
-            reference.kill()  # its state is unknown now: never kept for another check
-            raise HarnessError(compared.error, "died", compared.traceback)
+        if len(groups) > 1:
+            handed += f", {len(groups)} calls (the trials do not fit the GPU together)"
+        self.share_timed = "outputs by CUDA IPC" in handed and "failed" not in handed  # timed calls go the same way
         if compared.unstable:  # no solution can match a target that moves: the reference's problem, not its
             self.stage("verify", started, "failed", "the reference disagrees with itself")
             return self.report("invalid", f"the reference disagrees with itself on the same inputs: "
@@ -310,6 +330,45 @@ class _Check:
             self.findings.extend(findings.from_streams(seen.streams, self.forward_span()))
         self.findings.extend(findings.from_work(seen, theirs, self.anatomy, self.solution, self.forward_span(), cuda))
         self.stage("inspect", started)
+
+
+SOLUTION_SHARE = 0.6  # of the GPU's memory, what the solution's worker may hold with every trial's outputs at once
+ONE_TRIAL_AT_LEAST = 3  # a trial a call still holds its inputs and outputs on each side, and copies of the inputs
+HELD_PER_TRIAL = 4  # inputs the solution's worker holds besides each trial's outputs: the first trial, its copies, bases
+
+
+def trial_groups(made: ReferenceMade | None, options: Options) -> list[tuple[tuple[int, ...] | None, bool]]:
+    """The solution's trials, as the calls that run them: (trials, and the changed inputs too?). One call for all
+    of them, unless `options.trials_at_once` says fewer or the reference worker's sizes say they would not fit
+    together on the GPU (one trial's inputs and outputs, times the trials and what else is held, past
+    SOLUTION_SHARE of its memory): then a trial a call, each call's outputs compared before the next."""
+    count = options.correctness_trials
+    at_once = options.trials_at_once
+    if not at_once and made is not None and made.device_bytes and \
+            made.trial_bytes * (count + HELD_PER_TRIAL) > SOLUTION_SHARE * made.device_bytes:
+        at_once = 1
+    if not at_once or at_once >= count:
+        return [(None, True)]
+    return [(tuple(range(i, min(i + at_once, count))), False) for i in range(0, count, at_once)] + [((), True)]
+
+
+def merged_runs(rans: list[Ran]) -> Ran:
+    """One Ran for the calls of one check: what any call saw, in call order."""
+    if len(rans) == 1:
+        return rans[0]
+    return dataclasses.replace(
+        rans[-1], changed_tensors=sum(r.changed_tensors for r in rans),
+        threads=tuple(t for r in rans for t in r.threads), precision_before=rans[0].precision_before,
+        outputs="shared" if all(r.outputs == "shared" for r in rans) else "file",
+        mutated=tuple(sorted({i for r in rans for i in r.mutated})), lazy=next((r.lazy for r in rans if r.lazy), ""),
+        tampered=tuple(dict.fromkeys(t for r in rans for t in r.tampered)))
+
+
+def merged_comparisons(compares: list[Compared]) -> Compared:
+    if len(compares) == 1:
+        return compares[0]
+    return dataclasses.replace(compares[-1], trials=tuple(t for c in compares for t in c.trials),
+                               reference_norm=max(c.reference_norm for c in compares))
 
 
 def check(reference: str, solution: str, options: Options | None = None,

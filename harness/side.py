@@ -30,6 +30,7 @@ class Side:
         self.ask: Any = None  # solution: asks the caller for a build the cache lacks (the worker's loop sets it)
         self.outputs: Any = None  # the solution's last outputs, until the reference worker has compared them
         self.changed_trial: tuple[int, Any] = (0, None)  # reference: the changed inputs' (seed, inputs or None)
+        self.run: dict[str, Any] | None = None  # solution: what `stages.run` keeps between its calls of one check
         self.trial_bytes = 0  # one trial's inputs and outputs, as far as measured: for an out-of-memory message
         self.timed_check: Any = None  # the check that `timed_inputs` were copied for
         self.timed_inputs: Any = None  # one check's copies of the first trial's inputs (timing.placements)

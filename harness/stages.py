@@ -93,7 +93,8 @@ def reference(side: Side, command: MakeReference) -> ReferenceMade:
     side.expected_changed = side.expected.pop()
     side.changed_trial = side.trials.pop()
     _give_back(side)
-    return ReferenceMade(device=_device_name(side.device), **runtime.precision_state(), dtypes=tuple(sorted(dtypes)))
+    return ReferenceMade(device=_device_name(side.device), **runtime.precision_state(), dtypes=tuple(sorted(dtypes)),
+                         trial_bytes=side.trial_bytes, device_bytes=int(total))
 
 
 def _give_back(side: Side) -> None:
@@ -148,57 +149,70 @@ HELD_BYTES = 1 << 30
 
 
 def run(side: Side, command: RunSolution) -> Ran:
-    """Build ModelNew after the same seed and run every trial on inputs made here from its seed, then the first
-    trial again on changed inputs.
+    """Build ModelNew after the same seed (the first call) and run trials on inputs made here from their seeds:
+    `command.trials` (None: every one), then, with `command.changed`, the first trial again on changed inputs. A
+    check whose trials do not fit the GPU together runs them a call each, the outputs of one call compared before
+    the next (`pipeline`); the state between calls is `side.run`.
 
     Also: what forward returned (plain tensors?), which inputs it wrote into, which threads and processes the
     solution started and when (import, __init__, forward), and copies of the trials' inputs, taken before forward
     could write into them, for the timed calls to mix (`bases`)."""
     options = side.options
-    side.device = pick_device(options.device)
-    runtime.set_precision(options.tf32, options.cudnn_tf32)
-    before = runtime.precision_state()
-    census = side.census if side.census is not None else runtime.baseline(options.device)
-    started = _described(runtime.started_since(census), "at import")
-    reference = load_module(command.reference, "dice_inputs")
-    side.model = _model(reference, side.module.ModelNew, options.seed, side.device)
-    seen = runtime.census()
-    started += _described(runtime.started_since(census, seen), "in __init__")
+    state = side.run
+    if state is None:
+        side.device = pick_device(options.device)
+        runtime.set_precision(options.tf32, options.cudnn_tf32)
+        before = runtime.precision_state()
+        census = side.census if side.census is not None else runtime.baseline(options.device)
+        started = _described(runtime.started_since(census), "at import")
+        reference = load_module(command.reference, "dice_inputs")
+        side.model = _model(reference, side.module.ModelNew, options.seed, side.device)
+        seen = runtime.census()
+        started += _described(runtime.started_since(census, seen), "in __init__")
+        state = side.run = {"reference": reference, "census": census, "seen": seen, "held": [], "room": HELD_BYTES,
+                            "first": None, "made": set()}
+        side.bases, side.trials = [], []
+    else:
+        before, started = runtime.precision_state(), []
+    census, seen, reference = state["census"], state["seen"], state["reference"]
     sharing = command.share and side.device.type == "cuda"
-    outputs, mutated, lazy, made, held, room = [], set(), "", set(), [], HELD_BYTES
-    side.bases, side.trials = [], []
+    seeds = verify.trial_seeds(options.seed, options.correctness_trials)
+    indices = range(len(seeds)) if command.trials is None else command.trials
+    outputs, mutated, lazy, made, count, changed_out = [], set(), "", state["made"], 0, []
     with torch.no_grad(), _plain_oom(side, "running the solution's trials"):
-        first = None
-        for index, seed in enumerate(verify.trial_seeds(options.seed, options.correctness_trials)):
-            tensors, where = verify.make_inputs(reference, seed, side.device)
+        for index in indices:
+            tensors, where = verify.make_inputs(reference, seeds[index], side.device)
             made.add(where)
             side.trial_bytes = _bytes(tensors)
             copies = [verify.clone(t) for t in tensors]  # before forward may write into its inputs
             _keep_base(side.bases, copies)
             if index == 0:  # timed and inspected later, and changed in place below
-                first, side.trials = tensors, [(seed, copies)]
+                state["first"], side.trials = tensors, [(seeds[0], copies)]
             result = side.model(*tensors)
             lazy = lazy or verify.plain(result, side.device)
             mutated |= {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
             outputs.append(verify.copies(verify.flatten(result), sharing))
             side.trial_bytes = _bytes(tensors) + _bytes(outputs[-1])
-            if _bytes(tensors) <= room:  # alive to the end: the next trial's inputs get other addresses
-                held.append(tensors)
-                room -= _bytes(tensors)
+            if _bytes(tensors) <= state["room"]:  # alive to the end: the next trial's inputs get other addresses
+                state["held"].append(tensors)
+                state["room"] -= _bytes(tensors)
             del tensors, copies, result
-        changed, _where = verify.make_inputs(reference, options.seed + verify.CHANGED_SEED_OFFSET, side.device)
-        count = verify.change_in_place(first, changed)
-        del changed
-        copies = [verify.clone(t) for t in first]
-        result = side.model(*first)
-        lazy = lazy or verify.plain(result, side.device)
-        mutated |= {i for i, (a, b) in enumerate(zip(copies, first)) if not verify.same(a, b)}
-        changed_out = verify.copies(verify.flatten(result), sharing)
-        del first, copies, result, held
+        if command.changed:
+            first = state["first"]
+            changed, _where = verify.make_inputs(reference, options.seed + verify.CHANGED_SEED_OFFSET, side.device)
+            count = verify.change_in_place(first, changed)
+            del changed
+            copies = [verify.clone(t) for t in first]
+            result = side.model(*first)
+            lazy = lazy or verify.plain(result, side.device)
+            mutated |= {i for i, (a, b) in enumerate(zip(copies, first)) if not verify.same(a, b)}
+            changed_out = verify.copies(verify.flatten(result), sharing)
+            state["first"] = state["held"] = None
+            del first, copies, result
         if side.device.type == "cuda":
             torch.cuda.synchronize()
     started += _described(runtime.started_since(census, seen), "in forward")
-    side.census = {**census, **runtime.census()}  # reported once: the timing reports only what starts after
+    side.census = state["census"] = {**census, **runtime.census()}  # each start is reported once
     side.outputs = {"trials": outputs, "changed": changed_out}
     handed = _hand_over(side, Path(command.outputs), sharing)
     after = runtime.precision_state()
@@ -279,16 +293,18 @@ def _compare(side: Side, command: Compare) -> Compared:
     atol, rtol = side.options.atol, side.options.rtol
     trials = []
     device = side.device if side.device.type == "cuda" else None  # on the GPU: 16 M elements in ms, not seconds
-    if len(got["trials"]) != len(side.trials):
-        raise ValueError(f"{len(got['trials'])} trials' outputs handed over for {len(side.trials)} trials")
+    indices = range(len(side.trials)) if command.trials is None else command.trials
+    if len(got["trials"]) != len(indices) or not all(0 <= i < len(side.trials) for i in indices):
+        raise ValueError(f"{len(got['trials'])} trials' outputs handed over for trials {list(indices)}")
     norms = []
-    for index, ((seed, _inputs), outputs) in enumerate(zip(side.trials, got["trials"])):
+    for index, outputs in zip(indices, got["trials"]):
         expected = _expected(side, index)  # one trial at a time: made again when too large to keep
-        trials.append(TrialResult(seed=seed, **verify.compare(outputs, expected, atol, rtol, device)))
+        trials.append(TrialResult(seed=side.trials[index][0], **verify.compare(outputs, expected, atol, rtol, device)))
         norms += [verify.norm(t, device) for t in expected]
         del expected
-    changed = verify.compare(got["changed"], _expected(side, len(side.trials)), atol, rtol, device)
-    trials.append(TrialResult(seed=side.changed_trial[0], **changed, changed_inputs=True))
+    if command.changed:
+        changed = verify.compare(got["changed"], _expected(side, len(side.trials)), atol, rtol, device)
+        trials.append(TrialResult(seed=side.changed_trial[0], **changed, changed_inputs=True))
     _give_back(side)
     if side.itself is None:
         side.itself = _itself(side, device)

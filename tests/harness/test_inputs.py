@@ -124,3 +124,43 @@ def test_the_input_recipe_keeps_everything_but_the_model():
     assert "class Model" not in recipe and "x * 2" not in recipe
     assert all(part in recipe for part in ("N = 4", "class Helper", "def get_inputs", "def get_init_inputs"))
     assert process.input_recipe("def broken(:") == "def broken(:"
+
+
+@pytest.mark.parametrize("at_once", [1, 2])
+@pytest.mark.parametrize("forward, status, code", [
+    ("return self.ext.add_values(a, b)", "correct", None),
+    ("return self.ext.add_values(a, a)", "mismatch", None),
+    ("return self.ext.add_cached(a, b)", "mismatch", "output-cached"),  # found by the changed inputs, called last
+    ("a.zero_()\n        return a", "mismatch", None),
+])
+def test_trials_run_a_few_at_a_time_give_the_verdict_of_all_at_once(files, options, at_once, forward, status, code):
+    """When a problem's trials do not fit the GPU together, the solution's worker runs them a call at a time (here
+    forced by `trials_at_once`) and the reference compares each call's outputs before the next: every trial is
+    still compared once, and the changed inputs still catch a cache keyed by pointers."""
+    report = harness.check(files.text("add_reference.py"), files.solution(forward), options.with_(
+        trials_at_once=at_once, baseline="none", timing_trials=0))
+    assert report.status == status, report.summary() + report.log
+    assert len(report.trials) == options.correctness_trials + 1
+    assert [t.changed_inputs for t in report.trials] == [False] * options.correctness_trials + [True]
+    if code:
+        assert code in [f.code for f in report.findings], report.findings
+    if status == "correct":
+        verify_stage = next(s for s in report.stages if s.name == "verify")
+        assert "calls (the trials do not fit the GPU together)" in verify_stage.detail, verify_stage.detail
+
+
+def test_the_trials_are_split_by_what_the_reference_measured_against_the_gpu():
+    from dice_lsp.harness.messages import ReferenceMade
+    from dice_lsp.harness.pipeline import trial_groups
+
+    def made(trial_gb: float, gpu_gb: float) -> ReferenceMade:
+        return ReferenceMade(device="GPU", tf32=False, cudnn_tf32=True, matmul_precision="highest", dtypes=(),
+                             trial_bytes=int(trial_gb * 1e9), device_bytes=int(gpu_gb * 1e9))
+
+    every = [(None, True)]
+    assert trial_groups(made(8.6, 143), harness.Options()) == every  # one 8.6 GB input, 2 MB out: 77 GB fits
+    one_by_one = [((i,), False) for i in range(5)] + [((), True)]
+    assert trial_groups(made(18.1, 143), harness.Options()) == one_by_one  # 9 GB in and out: 163 GB does not
+    assert trial_groups(made(18.1, 0), harness.Options()) == every  # the CPU: no GPU to fit
+    assert trial_groups(made(0.01, 143), harness.Options(trials_at_once=3)) == [((0, 1, 2), False), ((3, 4), False),
+                                                                               ((), True)]
