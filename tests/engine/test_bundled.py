@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+import ast
+from pathlib import Path
+
 from dice_lsp import engine
+from dice_lsp.engine import prompts
 from dice_lsp.anatomy import parse
 from dice_lsp.engine.checkpoint import BUNDLED, choose, load
 from dice_lsp.train.tasks import FAMILIES, render
@@ -25,6 +29,17 @@ def test_bundled_model_is_the_default_and_small(bundled, monkeypatch):
     weights = sum(p.stat().st_size for p in BUNDLED.glob("*.safetensors"))
     assert weights <= 60e6 and bundled.config.block_size == 4
     assert (BUNDLED / "README.md").read_text().count("DICE-1.7B") >= 1
+
+
+def test_given_its_answer_prefix_the_bundled_model_begins_valid_code_for_an_unfamiliar_problem(bundled):
+    """On this problem (our own, written unlike the training data) the model alone garbles the second import line
+    (benchmarks/RESULTS.md, "decode validity"); given the header, what it writes next still reads as Python."""
+    problem = Path(__file__).parents[2] / "benchmarks" / "decode_validity" / "scaled_softmax.py"
+    (draft,) = engine.generate_kernel(problem.read_text(), bundled, max_new_tokens=40, seed=0)
+    assert draft.code.startswith(prompts.SOLUTION_HEADER) and draft.generation.text.startswith("\n")
+    before_cuda = draft.code.split('"""')[0]
+    assert before_cuda.count("\n") > prompts.SOLUTION_HEADER.count("\n")  # it wrote a line of its own
+    ast.parse(before_cuda + '""""""\n')  # the CUDA source string it opened, closed
 
 
 @pytest.mark.slow  # decodes ~1,500 tokens on the CPU: 20-50 s each on 2 cores
