@@ -14,6 +14,7 @@ import time
 
 from dice_lsp.cli import main
 from dice_lsp.evaluation import read_records
+from dice_lsp.harness.batch import Pipeline
 
 
 def statuses(out):
@@ -52,7 +53,8 @@ def test_table_counts_deceptive_kernels_as_failures_only_in_the_robust_rows(unin
 def test_rerun_skips_every_finished_sample(uninterrupted, eval_args, capsys, monkeypatch):
     before = (uninterrupted / "samples.jsonl").read_text()
     batches = []  # every batch eval hands the harness to build and check
-    monkeypatch.setattr("dice_lsp.harness.check_each", lambda pairs, *args, **kw: batches.append(pairs) or iter(()))
+    original = Pipeline.submit
+    monkeypatch.setattr(Pipeline, "submit", lambda self, pairs: batches.append(pairs) or original(self, pairs))
     assert main(eval_args(uninterrupted, "--quiet")) == 0
     assert batches == []  # nothing built or run
     assert "9 finished earlier, skipped" in capsys.readouterr().out
