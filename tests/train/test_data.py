@@ -1,5 +1,5 @@
-"""Training data is asked the way the engine serves: SFT prompt tokens equal what generate_kernel feeds the model,
-and the answer is what the engine takes back out (extracted, and for infilling spliced into the skeleton)."""
+"""Training data is asked the way the engine serves: SFT prompt tokens (and the answer's given beginning) equal what
+generate_kernel feeds the model, and the answer is what the engine takes back out (extracted, and for infilling spliced into the skeleton)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,12 @@ def test_sft_prompts_are_the_served_prompts(tiny_model_dir, toy_jsonl, monkeypat
     for sample in samples:
         pair = pairs[sample.pair]
         skeleton = pair.solution if sample.kind == "infill" else None
-        assert list(sample.prompt_ids) == served_prompt_ids(loaded, pair.reference, monkeypatch, skeleton)
+        served = served_prompt_ids(loaded, pair.reference, monkeypatch, skeleton)
+        prompt = list(sample.prompt_ids)
+        # Serving asks with the training prompt, then hands decoding the answer's fixed beginning (the template's
+        # answer prefix, dice.decoding.givenPrefix): exactly the first tokens of the training answer
+        given = served[len(prompt):]
+        assert served[:len(prompt)] == prompt and given and given == list(sample.answer_ids[:len(given)])
         # The answer is what serving extracts; infilling's answer spliced into its skeleton gives the solution.
         answer = loaded.tokenizer.decode(sample.answer_ids, skip_special_tokens=True)
         code = prompts.extract_code(answer)
