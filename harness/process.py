@@ -533,11 +533,12 @@ def _spare_key(options: Options, extra: dict[str, str], role: str = "solution") 
 def _only_child(pid: int) -> int:
     """The one child of `pid` (bwrap's init, whose child is the worker), once it exists; 0 if `pid` ends first."""
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and _stat(pid):
         try:
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            return 0
+        except OSError:  # a kernel without CONFIG_PROC_CHILDREN: whose parent is it, by every process's stat
+            children = [entry for entry in os.listdir("/proc")
+                        if entry.isdigit() and _stat(int(entry))[1:2] == [str(pid)]]
         if children:
             return int(children[0])
         time.sleep(0.001)

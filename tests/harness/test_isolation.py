@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -242,3 +243,30 @@ def test_no_worker_folder_outlives_the_caller(files, sandboxed, tmp_path):
                           env={**os.environ, "TMPDIR": str(scratch)})
     assert done.stdout.strip() == "correct", done.stderr[-2000:]
     assert not list(scratch.iterdir())
+
+
+def test_a_worker_that_is_not_pid_1_is_found_and_its_end_ends_the_sandbox(sandboxed):
+    """A GPU reference worker runs as PID 2 under bubblewrap's init (CUDA's IPC tells the two sides apart by their
+    PIDs inside their sandboxes): its host PID is the init's one child, it sees itself as PID 2, and when it ends, the
+    init and the namespace end with it, taking a process it left behind."""
+    from dice_lsp.harness import process
+
+    script = ("import os, subprocess, sys; subprocess.Popen(['sleep', '3600'], start_new_session=True); "
+              "print(os.getpid(), flush=True); sys.stdin.read()")
+    info_read, info_write = os.pipe()
+    argv = sandbox.wrap([sys.executable, "-c", script], sandbox.Room(scratch_mb=8, pid1=False),
+                        sandbox.status().tool, sandbox.scrub(dict(os.environ)), info_fd=info_write)
+    bwrap = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(info_write,), text=True)
+    os.close(info_write)
+    init = process._child_pid(info_read)
+    worker = process._only_child(init)
+    assert worker and worker != init
+    assert bwrap.stdout.readline().strip() == "2"  # PID 2 inside
+    assert Path(f"/proc/{worker}/cmdline").read_text().split("\0")[1] == "-c"  # the worker itself, not its child
+    left = [int(p) for p in Path(f"/proc/{worker}/task/{worker}/children").read_text().split()]
+    assert left  # its sleep
+    os.kill(worker, signal.SIGKILL)
+    bwrap.wait()  # bwrap ends when its init does
+    for pid in (init, *left):  # the namespace's end ends the sleep: an hour, were it left (past pytest's timeout)
+        while process._stat(pid)[:1] not in ([], ["Z"]):
+            time.sleep(0.01)
