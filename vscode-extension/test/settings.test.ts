@@ -26,6 +26,9 @@ describe("serverSettings", () => {
             topK: 1,
             topP: 1.0,
             maxNewTokens: 4096,
+            confidence: "sampled",
+            givenPrefix: true,
+            promptTemplate: "",
         });
         assert.equal(settings.trustedWorkspace, true);
     });
