@@ -17,6 +17,11 @@ from dice_lsp.settings import Settings
 log = logging.getLogger("dice_lsp")
 
 
+# What the harness's stages (`harness.Run`'s on_stage) do, as a progress line says it (the CLI's and the editor's)
+STAGE_WORDS = {"build": "building", "reference": "waiting for the reference's outputs", "run": "running the solution",
+               "compare": "comparing outputs", "time": "timing", "inspect": "inspecting what ran"}
+
+
 def check_options(settings: Settings) -> Options:
     """The harness's options from the editor's `dice.*` settings; the rest stay the harness's defaults."""
     return Options(
@@ -67,9 +72,10 @@ class CheckRunner:
         return thread
 
     def start(self, uri: str, reference: str, solution: str, settings: Settings,
-              done: Callable[[Report], None]) -> None:
+              done: Callable[[Report], None], on_stage: Callable[[str], None] | None = None) -> None:
         """Check `solution` against `reference` in the background, cancelling the file's check before; `done(report)`
-        is called on the check's thread with its Report (a "cancelled" one for a check a newer save replaced)."""
+        is called on the check's thread with its Report (a "cancelled" one for a check a newer save replaced), and
+        `on_stage(name)` there as each stage begins."""
         self.pool.keep_warm()  # started workers wait for the next save: re-checks skip torch's import
 
         def finished(report: Report) -> None:
@@ -78,7 +84,8 @@ class CheckRunner:
                     del self._running[uri]
             done(report)
 
-        run = harness.Run(reference, solution, check_options(settings), on_done=finished, pool=self.pool)
+        run = harness.Run(reference, solution, check_options(settings), on_done=finished, pool=self.pool,
+                          on_stage=on_stage)
         with self._lock:
             previous = self._running.get(uri)
             self._running[uri] = run

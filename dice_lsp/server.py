@@ -41,6 +41,7 @@ class LspProgress:
 
     def __init__(self, server: LanguageServer, token: str) -> None:
         self.server, self.token = server, token
+        self.ended = False
 
     @property
     def cancelled(self) -> bool:
@@ -48,9 +49,14 @@ class LspProgress:
         return future is not None and future.cancelled()
 
     def report(self, message: str) -> None:
+        if self.ended:  # a stage of a check already replaced or finished: LSP allows no report after the end
+            return
         self.server.work_done_progress.report(self.token, types.WorkDoneProgressReport(message=message))
 
     def end(self, message: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
         self.server.work_done_progress.end(self.token, types.WorkDoneProgressEnd(message=message))
         self.server.work_done_progress.tokens.pop(self.token, None)
 

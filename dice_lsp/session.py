@@ -22,7 +22,7 @@ from urllib.request import url2pathname
 
 from dice_lsp import actions
 from dice_lsp.anatomy import Anatomy, Pairing, Span, find_reference, infill_split, parse, read_reference
-from dice_lsp.checking import CheckRunner
+from dice_lsp.checking import STAGE_WORDS, CheckRunner
 from dice_lsp.editor import Answer, Editor, ProgressReport, Severity, Snapshot, Started
 from dice_lsp.generation import EngineWorker, GenerationCancelled, GenerationError
 from dice_lsp.generation_messages import Decoded, Job, Loading, Progress
@@ -289,7 +289,11 @@ class Session:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self.check_finished, uri, serial, analysis.text, report, progress, watcher)
 
-        self.checks.start(uri, pairing.text, analysis.text, settings, finished)
+        def staged(name: str) -> None:  # on the check's thread: the editor's progress names the stage
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(progress.report, STAGE_WORDS.get(name, name))
+
+        self.checks.start(uri, pairing.text, analysis.text, settings, finished, staged)
         return None
 
     def check_finished(self, uri: str, serial: int, text: str, report: Report | None, progress: ProgressReport,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dice_lsp import harness
 from dice_lsp.anatomy import find_reference, parse
+from dice_lsp.checking import STAGE_WORDS
 from dice_lsp.commands.arguments import count, device, number, positive
 from dice_lsp.commands.errors import CommandError
 from dice_lsp.commands.inspect import read_source
@@ -84,11 +85,6 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
     raise CommandError(f"no solution given and {sibling.name} does not exist; pass the solution file")
 
 
-# What the harness's stages (`harness.Run`'s on_stage) do, as the progress line says it
-STAGES = {"build": "building", "reference": "waiting for the reference's outputs", "run": "running the solution",
-          "compare": "comparing outputs", "time": "timing", "inspect": "inspecting what ran"}
-
-
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
     reference, solution = locate(args)
@@ -119,7 +115,7 @@ def check_in_background(reference: str, solution: str, options: Options, progres
                 continue
             if isinstance(event, harness.Report):
                 break
-            progress.stage(f"{subject}: {STAGES.get(event, event)}")
+            progress.stage(f"{subject}: {STAGE_WORDS.get(event, event)}")
     except BaseException:
         run.cancel()
         try:

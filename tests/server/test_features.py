@@ -87,5 +87,6 @@ async def test_a_check_shows_work_done_progress_that_ends_with_its_result(client
     await events.status_reached(client, uri, "idle")
     [reports] = client.progress_reports.values()
     assert reports[0].kind == "begin" and reports[0].title == "Checking broken_dice.py" and reports[0].cancellable
+    assert "building" in [r.message for r in reports if r.kind == "report"]  # the harness's stage, as it began
     assert reports[-1].kind == "end" and reports[-1].message.startswith("crashed")
     assert "this solution fails at import" in reports[-1].message
