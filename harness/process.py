@@ -155,6 +155,9 @@ class Worker:
         read, write = os.pipe()
         self.log_path = Path(self.directory) / "worker.log"
         argv = [sys.executable, "-m", "dice_lsp.harness.worker", str(write)]
+        # A builder's compilers yield the cores to checks: in batch mode the next batch builds while this one is
+        # timed, and a timed forward should not wait on nvcc (every process it starts inherits the niceness)
+        nice = ["nice", "-n", str(BUILDER_NICENESS)] if role == "builder" and shutil.which("nice") else []
         self.child_pid = 0
         self.child_started = ""
         self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role)) if options.process_limit \
@@ -174,7 +177,8 @@ class Worker:
                     # started from a check's thread, it would be killed when that check ends. One thread that
                     # lives as long as this process starts them all.
                     self.process = _SPAWNER.submit(
-                        subprocess.Popen, sandbox.wrap(argv, room, found.tool, sandbox.scrub(env), info_fd=info_write),
+                        subprocess.Popen, nice + sandbox.wrap(argv, room, found.tool, sandbox.scrub(env),
+                                                              info_fd=info_write),
                         stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write, info_write),
                         cwd=self.directory, env=sandbox.scrub(env), start_new_session=True).result()
                 finally:
@@ -187,7 +191,7 @@ class Worker:
             else:
                 env["TMPDIR"] = self.directory
                 self.process = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
+                    nice + argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
                     cwd=self.directory, env=env, start_new_session=True)
         os.close(write)
         self.reply = read
@@ -447,6 +451,7 @@ def input_recipe(reference: str) -> str:
     return ast.unparse(tree) + "\n"
 
 
+BUILDER_NICENESS = 10
 OUTPUTS = ("outputs.pt", "outputs.json")
 SHARED_FILES = 64  # at most this many of a solution's /dev/shm files are handed over
 _SHARED_NAME = re.compile(r"(cuda\.shm\.\d+\.1\.\d+|torch_1_\d+_\d+)")  # what CUDA and torch share as PID 1

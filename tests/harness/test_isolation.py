@@ -270,3 +270,19 @@ def test_a_worker_that_is_not_pid_1_is_found_and_its_end_ends_the_sandbox(sandbo
     for pid in (init, *left):  # the namespace's end ends the sleep: an hour, were it left (past pytest's timeout)
         while process._stat(pid)[:1] not in ([], ["Z"]):
             time.sleep(0.01)
+
+
+def test_a_builder_yields_the_cores_and_a_solution_worker_does_not(sandboxed, unknown_command):
+    """In batch mode the next batch builds while this one is timed: a builder worker, and every compiler it starts,
+    runs at BUILDER_NICENESS; the workers that are timed keep the default."""
+    from dice_lsp.harness import messages, process
+
+    niceness = {}
+    for role in ("builder", "solution"):
+        worker = process.Worker(sandboxed, warm=False, role=role)
+        try:
+            assert isinstance(worker.call(unknown_command, 120), messages.Failed)  # running and answering
+            niceness[role] = int(process._stat(worker.pid)[16])  # /proc/<pid>/stat's 19th field
+        finally:
+            worker.close()
+    assert niceness == {"builder": process.BUILDER_NICENESS, "solution": 0}
