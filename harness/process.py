@@ -472,21 +472,9 @@ def hand_shared(solution: Worker, reference: Worker) -> None:
         return
     for name in names:
         try:
-            source = os.open(source_dir / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            _copy_regular(source_dir / name, target_dir / name, sandbox.SHM_MB << 20)
         except OSError:
             continue
-        try:
-            found = os.fstat(source)
-            if not stat.S_ISREG(found.st_mode) or found.st_size > sandbox.SHM_MB << 20:
-                continue
-            target = target_dir / name
-            target.unlink(missing_ok=True)
-            with open(source, "rb", closefd=False) as reader, open(target, "xb") as writer:
-                shutil.copyfileobj(reader, writer, 1 << 20)
-        except OSError:
-            continue
-        finally:
-            os.close(source)
 
 
 def take_outputs(solution: Worker, exchange: str, options: Options) -> None:
@@ -496,19 +484,30 @@ def take_outputs(solution: Worker, exchange: str, options: Options) -> None:
     for name in OUTPUTS:
         (Path(exchange) / name).unlink(missing_ok=True)
     for name in OUTPUTS:
-        try:
-            source = os.open(Path(solution.scratch) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            found = os.fstat(source)
-            if not stat.S_ISREG(found.st_mode) or found.st_size > options.file_size_limit_mb << 20:
-                raise HarnessError(f"the solution's {name} is not a regular file of at most "
-                                   f"{options.file_size_limit_mb} MiB", "died")
-            with open(source, "rb", closefd=False) as reader, open(Path(exchange) / name, "wb") as writer:
-                shutil.copyfileobj(reader, writer, 1 << 20)
-        finally:
-            os.close(source)
+        if _copy_regular(Path(solution.scratch) / name, Path(exchange) / name, options.file_size_limit_mb << 20) \
+                is False:
+            raise HarnessError(f"the solution's {name} is not a regular file of at most "
+                               f"{options.file_size_limit_mb} MiB", "died")
+
+
+def _copy_regular(source: Path, target: Path, limit: int) -> bool | None:
+    """Copy `source`, a path the candidate controls, to `target` (replaced): only a regular file (never a link it
+    planted to a file of the user's, never a pipe) of at most `limit` bytes. None: there is no such file; False:
+    there is, and it is not that."""
+    try:
+        handle = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        found = os.fstat(handle)
+        if not stat.S_ISREG(found.st_mode) or found.st_size > limit:
+            return False
+        target.unlink(missing_ok=True)
+        with open(handle, "rb", closefd=False) as reader, open(target, "xb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+        return True
+    finally:
+        os.close(handle)
 
 
 def _stat(pid: int) -> list[str]:

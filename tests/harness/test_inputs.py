@@ -164,3 +164,23 @@ def test_the_trials_are_split_by_what_the_reference_measured_against_the_gpu():
     assert trial_groups(made(18.1, 0), harness.Options()) == every  # the CPU: no GPU to fit
     assert trial_groups(made(0.01, 143), harness.Options(trials_at_once=3)) == [((0, 1, 2), False), ((3, 4), False),
                                                                                ((), True)]
+
+
+def test_files_taken_from_a_candidates_folder_are_regular_and_bounded(tmp_path):
+    """What the caller copies out of a solution's sandbox (its outputs, CUDA's IPC files): a link it planted to a
+    file of the user's is not opened at all (as if absent), a pipe that would block the caller or a file past the limit
+    is refused."""
+    import os
+
+    secret = tmp_path / "secret"
+    secret.write_text("the user's")
+    (tmp_path / "link").symlink_to(secret)
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "big").write_bytes(b"x" * 100)
+    (tmp_path / "fine").write_bytes(b"x" * 10)
+    copy = process._copy_regular
+    assert copy(tmp_path / "link", tmp_path / "out1", 50) is None and not (tmp_path / "out1").exists()  # not opened
+    assert copy(tmp_path / "pipe", tmp_path / "out2", 50) is False
+    assert copy(tmp_path / "big", tmp_path / "out3", 50) is False
+    assert copy(tmp_path / "missing", tmp_path / "out4", 50) is None
+    assert copy(tmp_path / "fine", tmp_path / "out5", 50) is True and (tmp_path / "out5").read_bytes() == b"x" * 10
