@@ -155,9 +155,12 @@ def test_a_cache_gets_no_hit_while_timed(files, options, key):
         "    self.cache[key] = self.ext.add_values(a, b)",
         "return self.cache[key]"])
     honest = check(files, options, HONEST)
-    slow = report.status == "correct" and report.speedup_eager < 3 * honest.speedup_eager
-    assert slow or report.status == "mismatch" and "timed-mismatch" in flagged(report), (report.summary(),
-                                                                                         honest.summary())
+    # The solution's own median, not the speedup: a clock finding under load (another job on the cores) withholds
+    # either run's speedup, and the time the cache was measured at is what a hit would have shrunk
+    slow = report.status == "correct" and (report.timings["solution"].median_ms
+                                           > honest.timings["solution"].median_ms / 3)
+    assert slow or report.status == "mismatch" and "timed-mismatch" in flagged(report), (
+        report.summary(), report.findings, honest.summary(), honest.findings)
 
 
 def test_a_cache_with_a_coarse_key_returns_stale_outputs_and_is_caught(files, options):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,7 +121,8 @@ class ScriptedEngine:
 
 
 class ScriptedChecks:
-    """The check runner, played: every check finishes at once with `report` (with None, only when cancelled)."""
+    """The check runner, played: every check passes its stages and finishes at once with `report` (with None, only
+    when cancelled)."""
 
     def __init__(self, report: Report | None) -> None:
         self.report = report
@@ -130,11 +132,13 @@ class ScriptedChecks:
     def prepare(self, settings) -> None:
         self.prepared.append(settings)
 
-    def start(self, uri, reference, solution, settings, done) -> None:
+    def start(self, uri, reference, solution, settings, done, on_stage) -> None:
         self.started.append((uri, reference, solution))
+        on_stage("build")
         if self.report is None:
             self.running[uri] = done
         else:
+            on_stage("time")
             done(self.report)
 
     def cancel(self, uri: str) -> None:
@@ -184,8 +188,12 @@ async def opened(session: Session, uri: str, text: str, version: int = 1) -> Non
 
 
 async def until(predicate) -> None:
-    """Until `predicate()` holds, looking again each time the loop has run the callbacks scheduled meanwhile."""
+    """Until `predicate()` holds, looking again each time the loop has run the callbacks scheduled meanwhile. The
+    played parts answer within a few turns of the loop; a fault that keeps it from ever holding (an exception in a
+    notification's handler, logged, not raised) fails here after minutes instead of at the suite's 15-minute guard."""
+    give_up = time.monotonic() + 300
     while not predicate():
+        assert time.monotonic() < give_up, "waited 300 s for a condition that the played parts meet at once"
         await asyncio.sleep(0)
 
 
@@ -249,7 +257,7 @@ async def test_a_save_checks_the_file_its_progress_ends_with_the_result_and_the_
     assert snapshot.current_report is report and editor.published[-1].current_report is report
     assert [s.state for s in editor.statuses[-2:]] == ["checking", "idle"] and editor.statuses[-1].speedup == 1.5
     [progress] = editor.progresses
-    assert progress.title == "Checking add_dice.py" and progress.ended
+    assert progress.title == "Checking add_dice.py" and progress.reports[1:] == ["building", "timing"] and progress.ended
     session.change(uri, text + "\n", 2)
     await editor.publication(uri, 2)
     assert session.snapshot(uri).current_report is None  # a report is of the text it checked
