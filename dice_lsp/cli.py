@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    if args.command in OWN_ENDING:
-        return int(handler(args) or 0)
     name = args.command
     try:
+        if name in OWN_ENDING:  # its signals are its own, its usage errors are said as every command's are
+            return int(handler(args) or 0)
         with stoppable():
             return int(handler(args) or 0)
     except CommandError as error:

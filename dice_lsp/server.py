@@ -14,6 +14,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import sys
 import threading
 from dataclasses import dataclass
@@ -396,7 +397,10 @@ def stdio() -> Connect:
 
 def tcp(host: str, port: int, listening: Callable[[str, int], None]) -> Connect:
     """Listen on host:port and serve the first client that connects; `listening(host, port)` is told the address
-    (port 0 picks a free one)."""
+    (port 0 picks a free one). The socket is bound here, before serving starts, so that a port already in use is an
+    OSError the command line can say in one line, not a traceback out of the event loop."""
+    socket_ = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+
     async def connect() -> tuple[Any, Any]:
         client: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -406,7 +410,7 @@ def tcp(host: str, port: int, listening: Callable[[str, int], None]) -> Connect:
             else:
                 client.set_result((reader, writer))
 
-        listener = await asyncio.start_server(accept, host, port)
+        listener = await asyncio.start_server(accept, sock=socket_)
         listening(*listener.sockets[0].getsockname()[:2])
         try:
             return await client

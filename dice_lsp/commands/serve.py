@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="listen on HOST:PORT and serve the first client that connects (port 0: any free port)")
     where.add_argument("--port", type=int, metavar="PORT", help="the same as --tcp 127.0.0.1:PORT")
     parser.add_argument("--log-file", metavar="PATH", help="write the log here instead of stderr")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="the least severe log records written (default INFO; DEBUG adds every LSP message)")
     parser.set_defaults(run=run)
 
 
@@ -59,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
         def listening(host: str, port: int) -> None:
             print(f"dice-lsp: language server listening on {host}:{port} for one client; Ctrl-C stops it",
                   file=sys.stderr, flush=True)
-        return server.serve(server.tcp(*where, listening))
+        try:
+            connect = server.tcp(*where, listening)
+        except OSError as error:  # the port is taken, the host is not this machine's, ...
+            raise CommandError(f"cannot listen on {where[0]}:{where[1]}: {error.strerror or error}") from None
+        return server.serve(connect)
     def ready() -> None:
         if sys.stdin.isatty():  # a person started it in a terminal, not an editor: say what it is waiting for
             print("dice-lsp: language server on stdio, waiting for an editor to speak LSP; Ctrl-C stops it",

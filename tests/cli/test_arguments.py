@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dice_lsp.cli import COMMANDS, OWN_ENDING, build_parser, leaves
+from dice_lsp.cli import COMMANDS, build_parser, leaves
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["--model", "m", "--data", "d", "--out", "o"]
@@ -72,9 +72,9 @@ def test_good_values_parse():
 
 
 def every_leaf() -> list[tuple[str, argparse.ArgumentParser]]:
+    """Each command's parser that takes options, `serve` too."""
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return [(leaf.prog, leaf) for name in COMMANDS if name not in OWN_ENDING
-            for leaf in leaves(subparsers.choices[name])]
+    return [(leaf.prog, leaf) for name in COMMANDS for leaf in leaves(subparsers.choices[name])]
 
 
 @pytest.mark.parametrize("prog, parser", every_leaf(), ids=[prog for prog, _ in every_leaf()])

@@ -201,6 +201,21 @@ def test_serve_rejects_a_malformed_tcp_address():
     assert result.returncode == 2 and "expected HOST:PORT" in result.stderr
 
 
+def test_a_taken_port_or_an_unwritable_log_is_one_line_and_status_2(tmp_path):
+    """What a user gets wrong when starting the server by hand is said as every command says it, not a traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run([*SERVE, "serve", "--port", str(port)], capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"dice-lsp serve: cannot listen on 127.0.0.1:{port}: "), result.stderr
+    missing = tmp_path / "no such folder" / "server.log"
+    result = subprocess.run([*SERVE, "serve", "--log-file", str(missing)], capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == f"dice-lsp serve: cannot write the log to {missing}: No such file or directory\n"
+
+
 def descendants(root: int) -> dict[int, str]:
     """pid -> command line of every process under `root`, read from /proc."""
     parents = {}
