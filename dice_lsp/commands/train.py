@@ -114,6 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rl.add_argument("--token-budget", type=positive, default=16384,
                     help="tokens per packed row in the policy update (default 16384)")
     rl.set_defaults(run=run_rl)
+    for leaf in (init, sft, rl):  # what every other command prints with --json, so a script may pass it to all
+        leaf.add_argument("--json", action="store_true", help="the summary on stdout is JSON with or without this")
 
 
 def _run_config(args):
