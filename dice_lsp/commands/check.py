@@ -11,7 +11,7 @@ import queue
 from pathlib import Path
 
 from dice_lsp import harness
-from dice_lsp.anatomy import find_reference, parse
+from dice_lsp.anatomy import LineIndex, find_reference, parse
 from dice_lsp.checking import STAGE_WORDS
 from dice_lsp.commands.arguments import count, device, number, positive
 from dice_lsp.commands.errors import CommandError
@@ -90,11 +90,12 @@ def run(args: argparse.Namespace) -> int:
     reference, solution = locate(args)
     progress = Progress(args.progress)
     progress.stage(f"checking {solution}")
+    solution_text = read_source(solution)
     try:
-        report = check_in_background(read_source(reference), read_source(solution), options, progress)
+        report = check_in_background(read_source(reference), solution_text, options, progress)
     finally:
         progress.close()
-    print(report.to_json() if args.json else render(report, solution))
+    print(report.to_json() if args.json else render(report, solution, solution_text))
     return 0 if report.status in ("correct", "built-not-run") else 1
 
 
@@ -126,12 +127,23 @@ def check_in_background(reference: str, solution: str, options: Options, progres
     return run.result()
 
 
-def render(report: harness.Report, solution: Path) -> str:
+def render(report: harness.Report, solution: Path, text: str) -> str:
+    """The report as text. Compiler messages placed in the solution and findings are lines of their own in the form
+    compilers and linters print (`file:line:col: severity ...`, as `inspect` prints findings), which editors and CI
+    problem matchers read; `text` is the solution as checked, which the findings' spans are offsets into."""
+    index = LineIndex(text)
+
+    def where(span) -> str:
+        row, column = index.position(min(span.start, len(text)), "utf-32")
+        return f"{solution}:{row + 1}:{column + 1}"
+
     lines = [f"{solution}: {report.summary()}"]
-    for d in report.diagnostics:
-        lines.append(f"  {solution}:{d.line + 1}:{d.column + 1}: {d.severity}: {d.message}")
+    for d in report.diagnostics:  # placed in the Python file, or (span None) in the generated file the compiler named
+        place = f"{solution}:{d.line + 1}:{d.column + 1}" if d.span is not None or not d.file else \
+            f"  {d.file}:{d.line + 1}:{d.column + 1} (generated)"
+        lines.append(f"{place}: {d.severity}: {d.message}")
     for f in report.all_findings:
-        lines.append(f"  {f.severity}: [{f.code}] {f.message}")
+        lines.append(f"{where(f.span)}: {f.severity} [{f.code}] {f.message}")
     for t in report.trials:
         mark = "ok  " if t.passed else "FAIL"
         tag = " (inputs changed in place)" if t.changed_inputs else ""

@@ -59,7 +59,7 @@ def test_check_render_escapes_every_text_field_of_a_report():
         timings={"solution": Timing(1.0, 0.1, 0.9, 1.1, 10, clock=FORGED)},
         device=FORGED, build_mode=FORGED, log=f"first\n{FORGED}\nlast\x1b[0m",
     )
-    text = check.render(report, Path(f"sol{FORGED}.py"))
+    text = check.render(report, Path(f"sol{FORGED}.py"), f"import torch\n{FORGED}\n")
     assert terminal_safe(text), repr(text)
     assert "\\x1b[32m" in text  # shown, not acted on
     assert "  first" in text.splitlines() and "  last\\x1b[0m" in text.splitlines()  # the log keeps its lines
