@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="listen on HOST:PORT and serve the first client that connects (port 0: any free port)")
     where.add_argument("--port", type=int, metavar="PORT", help="the same as --tcp 127.0.0.1:PORT")
     parser.add_argument("--log-file", metavar="PATH", help="write the log here instead of stderr")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="the least severe log records written (default INFO; DEBUG adds every LSP message)")
     parser.set_defaults(run=run)
 

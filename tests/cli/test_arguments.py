@@ -69,6 +69,8 @@ def test_good_values_parse():
                                       "--tolerance", "0"])
     assert (args.device, args.timing_trials, args.tolerance) == ("cuda:1", 0, 0.0)
     assert build_parser().parse_args(["train", "sft", *TRAIN, "--grad-clip", "inf"]).grad_clip == float("inf")
+    # any case, as the extension's own tests pass it in dice.serverArgs and as logging's names are often written
+    assert build_parser().parse_args(["serve", "--log-level", "debug"]).log_level == "DEBUG"
 
 
 def every_leaf() -> list[tuple[str, argparse.ArgumentParser]]:
