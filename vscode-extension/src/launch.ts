@@ -3,10 +3,14 @@
  * The interpreter is `dice.interpreter`, else the Python extension's selection, else `python3` from PATH.
  */
 
+import { execFile } from "node:child_process";
 import * as vscode from "vscode";
 import { PythonEnvironments, selectedInterpreter } from "./python";
 
 export const FALLBACK_INTERPRETER = "python3";
+
+/** How long the interpreter may take to import `dice_lsp` (a cap on a wait, far above the ~0.1 s it takes). */
+const IMPORT_CHECK_MS = 60_000;
 
 export interface LaunchOptions {
     readonly command: string;
@@ -60,4 +64,25 @@ export function describeLaunch(launch: LaunchOptions): string {
 
 function stringArray(value: unknown): string[] {
     return Array.isArray(value) ? value.filter((item): item is string => typeof item === "string") : [];
+}
+
+/**
+ * Why `launch` cannot run the server, or undefined when it can: its interpreter does not start, or `dice_lsp` does
+ * not import in it (not installed there). Asked before the language client starts the server, which would start and
+ * lose it again until VS Code gives up with "the server crashed 5 times", naming neither cause. An interpreter that
+ * answers nothing within the cap is given the benefit of the doubt: the client then shows what happens.
+ */
+export function serverMissing(launch: LaunchOptions, cwd: string | undefined): Promise<string | undefined> {
+    return new Promise((resolve) => {
+        execFile(launch.command, ["-c", "import dice_lsp"], { cwd, timeout: IMPORT_CHECK_MS }, (error, _out, err) => {
+            if (error === null || error.killed) {
+                resolve(undefined);
+            } else if ((error as NodeJS.ErrnoException).code === "ENOENT") {
+                resolve(`the interpreter \`${launch.command}\` was not found`);
+            } else {
+                const last = String(err).trim().split("\n").pop();
+                resolve(last !== undefined && last !== "" ? last : error.message);
+            }
+        });
+    });
 }

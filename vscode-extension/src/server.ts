@@ -13,13 +13,16 @@ import {
     ServerOptions,
     State,
 } from "vscode-languageclient/node";
-import { LaunchOptions, describeLaunch, launchScope, resolveLaunch, sameLaunch } from "./launch";
+import { LaunchOptions, describeLaunch, launchScope, resolveLaunch, sameLaunch, serverMissing } from "./launch";
 import { PythonEnvironments } from "./python";
 import { SECTION, injectTrust, serverSettings } from "./settings";
 import { STATUS_NOTIFICATION, ServerStatus, StatusParams } from "./status";
 
 export const CLIENT_ID = "dice"; // also the prefix of `dice.trace.server`, which the client reads itself
 export const CLIENT_NAME = "DICE";
+
+/** The buttons offered when the server cannot start. */
+export const FIXES = ["Select interpreter", "Open settings", "Show logs"] as const;
 
 export const DOCUMENT_SELECTOR = [
     { scheme: "file", language: "python" },
@@ -111,6 +114,17 @@ export class ServerSession implements vscode.Disposable {
         const scope = launchScope();
         this.log.info(`starting the server (${reason}): ${describeLaunch(launch)}  [interpreter: ${launch.source}]`);
         this.status.update({ state: "starting" });
+        const missing = await serverMissing(launch, scope?.scheme === "file" ? scope.fsPath : undefined);
+        if (missing !== undefined) {
+            const message =
+                `\`${launch.command}\` cannot run the DICE server: ${missing}. Install dice-lsp for this interpreter ` +
+                "(`pip install -e .` in a dice-lsp checkout), or choose another one with dice.interpreter or the " +
+                "Python extension's interpreter selection.";
+            this.log.error(message);
+            this.status.update({ state: "error", message });
+            void this.offerFixes(message);
+            return;
+        }
         const client = new LanguageClient(CLIENT_ID, CLIENT_NAME, serverOptions(launch, scope), clientOptions(this.log));
         client.onNotification(STATUS_NOTIFICATION, (params: StatusParams) => this.status.update(params));
         client.onDidChangeState(({ newState }) => {
@@ -128,6 +142,18 @@ export class ServerSession implements vscode.Disposable {
                 "Is dice-lsp installed for this interpreter? Set dice.interpreter or select one in the Python extension.";
             this.log.error(message);
             this.status.update({ state: "error", message });
+        }
+    }
+
+    /** The server cannot start: say why once, with the ways out as buttons. */
+    private async offerFixes(message: string): Promise<void> {
+        const choice = await vscode.window.showErrorMessage(`DICE: ${message}`, ...FIXES);
+        if (choice === "Select interpreter") {
+            await vscode.commands.executeCommand("python.setInterpreter");
+        } else if (choice === "Open settings") {
+            await vscode.commands.executeCommand("workbench.action.openSettings", "dice.interpreter");
+        } else if (choice === "Show logs") {
+            this.log.show();
         }
     }
 

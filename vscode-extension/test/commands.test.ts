@@ -69,7 +69,7 @@ describe("registerCommands", () => {
         });
         mock.openDocument("/work/project/conv.py", "");
         await vscode.commands.executeCommand("dice.infill");
-        assert.deepEqual(mock.messages, [{ kind: "error", text: "DICE: no ModelNew in this file" }]);
+        assert.deepEqual(mock.messages, [{ kind: "error", text: "DICE: no ModelNew in this file", items: [] }]);
     });
 
     it("restarts and shows logs", async () => {

@@ -305,7 +305,7 @@ export const mock = {
     workspaceFolders: undefined as { uri: Uri; name: string; index: number }[] | undefined,
     commands: new Map<string, (...args: unknown[]) => unknown>(),
     executed: [] as { command: string; args: unknown[] }[],
-    messages: [] as { kind: "error" | "warning" | "info"; text: string }[],
+    messages: [] as { kind: "error" | "warning" | "info"; text: string; items: string[] }[],
     /** What the next message box answers. */
     answer: undefined as string | undefined,
     statusItems: [] as MockStatusItem[],
@@ -400,8 +400,8 @@ export const workspace = quietEvents({
 });
 
 function message(kind: "error" | "warning" | "info") {
-    return async (text: string): Promise<string | undefined> => {
-        mock.messages.push({ kind, text });
+    return async (text: string, ...items: unknown[]): Promise<string | undefined> => {
+        mock.messages.push({ kind, text, items: items.filter((item): item is string => typeof item === "string") });
         return mock.answer;
     };
 }
