@@ -1,6 +1,8 @@
 """What the sandbox adds to a worker's start: a worker started with `sandbox="off"` against one started in
 bubblewrap, each until it answers its first command (torch imported, no CUDA context: `warm=False`), alternating,
-`--runs` of each. Prints the medians and their difference; the goal is at most 50 ms more with the sandbox.
+`--runs` of each. Prints the medians and their difference; the goal is at most 50 ms more with the sandbox. A root
+caller's workers also drop to an unprivileged user (the namespace mapped from outside, a seccomp filter): run as
+root, a third kind, "bubblewrap-as-root" (`unprivileged=False`), shows what that costs.
 
     python benchmarks/sandbox_start.py [--runs 10] [--device cpu|auto]
 """
@@ -38,8 +40,10 @@ def main() -> None:
     found = sandbox.status()
     if not found.available:
         raise SystemExit(f"no sandbox here: {found.reason}")
-    kinds = {"off": Options(device=args.device, sandbox="off"), "bubblewrap": Options(device=args.device,
-                                                                                      sandbox="require")}
+    kinds = {"off": Options(device=args.device, sandbox="off"),
+             "bubblewrap": Options(device=args.device, sandbox="require")}
+    if found.user:
+        kinds["bubblewrap-as-root"] = Options(device=args.device, sandbox="require", unprivileged=False)
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     start_once(kinds["off"])  # the first start pays the page cache's warm-up for both
     for _ in range(args.runs):
@@ -50,8 +54,9 @@ def main() -> None:
     result = {"machine": platform.node(), "cores": os.cpu_count(), "runs": args.runs,
               "median_running_s": {k: round(v[0], 4) for k, v in medians.items()},
               "median_answered_s": {k: round(v[1], 4) for k, v in medians.items()},
-              "added_ms": round((medians["bubblewrap"][1] - medians["off"][1]) * 1000, 1),
-              "ratio": round(medians["bubblewrap"][1] / medians["off"][1], 3)}
+              "unprivileged_user": found.user,
+              "added_ms": {k: round((v[1] - medians["off"][1]) * 1000, 1) for k, v in medians.items() if k != "off"},
+              "ratio": {k: round(v[1] / medians["off"][1], 3) for k, v in medians.items() if k != "off"}}
     print(json.dumps(result, indent=2))
 
 

@@ -49,6 +49,12 @@ class Options:
     scratch_limit_mb: int = 1024  # a sandboxed worker's only writable folder (its /tmp, HOME, TMPDIR): a tmpfs this size
     process_limit: int = 512  # processes and threads one worker may run at once (a pids cgroup where one can be made)
     sandbox: Sandbox = "auto"
+    # A root caller's candidates run as an unprivileged user (nobody) in their sandbox: see harness/sandbox.py. False
+    # leaves them root to the kernel (no process count without a pids cgroup, root-only files readable), for
+    # comparisons. With a GPU only where unprivileged_gpu is on too: not yet run on a GPU machine (CUDA's IPC between
+    # two such sandboxes, the profiler), so off until tests/harness/test_gpu.py's unprivileged check passes there
+    unprivileged: bool = True
+    unprivileged_gpu: bool = False
     cache_dir: str = ""  # "" -> ~/.cache/dice-lsp/extensions
     cuda_home: str = ""  # the CUDA toolkit builds use (nvcc in bin/); "" -> CUDA_HOME, else /usr/local/cuda
     light_build: bool = True  # try split translation units with lighter headers first

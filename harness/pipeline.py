@@ -160,6 +160,11 @@ class _Check:
                 "unsandboxed", f"this check ran without a sandbox ({solution.sandbox_reason}): the solution's code "
                 "could reach your files and the reference's worker; set dice.sandbox to \"require\" to refuse such "
                 "checks", self.forward_span(), "warning"))
+        elif solution.root_reason:
+            self.findings.append(Finding(
+                "unsandboxed", f"this check's sandbox left the solution's code root to the kernel "
+                f"({solution.root_reason}): it could read root-only files and start processes without a count; run "
+                "the check as another user, or see the README's Isolation section", self.forward_span(), "warning"))
         if self.cancel.is_set():
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()

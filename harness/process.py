@@ -86,9 +86,9 @@ def memory_bytes(options: Options, role: str) -> int:
     return int(memory_limit_gb(options) * (1 << 30)) if uses_gpu(options) and role != "builder" else 0
 
 
-def _user_processes() -> int:
-    """The user's processes and threads now (what RLIMIT_NPROC counts)."""
-    uid, count = os.getuid(), 0
+def _user_processes(uid: int) -> int:
+    """The processes and threads of user `uid` now (what RLIMIT_NPROC counts)."""
+    count = 0
     for entry in os.scandir("/proc"):
         try:
             if entry.name.isdigit() and entry.stat().st_uid == uid:
@@ -96,6 +96,17 @@ def _user_processes() -> int:
         except OSError:
             pass
     return count
+
+
+def _why_root(options: Options, found: sandbox.Status, gpu: bool) -> str:
+    """Why a root caller's sandboxed worker stays root (`sandbox` says what that leaves open)."""
+    if not options.unprivileged:
+        return "unprivileged = False"
+    if found.root_note:
+        return found.root_note
+    if gpu and not options.unprivileged_gpu:
+        return "unprivileged_gpu = False: not yet run on a GPU machine"
+    return "only root may open the GPU's device nodes here"
 
 
 def sandbox_status(options: Options) -> sandbox.Status:
@@ -150,6 +161,7 @@ class Worker:
         self.key = _spare_key(options, extra_env or {}, role)
         found = sandbox_status(options)
         self.sandboxed, self.sandbox_reason = found.available, found.reason
+        self.root_reason = ""  # why a root caller's sandboxed worker stayed root, where it did
         self.directory = tempfile.mkdtemp(prefix="dice-harness-")
         env = _environment(options, extra_env or {}, warm, role)
         read, write = os.pipe()
@@ -163,27 +175,28 @@ class Worker:
         self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role)) if options.process_limit \
             else None
         applied = self.cgroup.applied if self.cgroup else []
-        if options.process_limit and not any(a.startswith("pids") for a in applied) and os.getuid() != 0:
-            # RLIMIT_NPROC counts every process of the user: room for this many more than run now
+        room = self._room(options, env, writable, found) if self.sandboxed else None
+        self.user = room.user if room else 0
+        if options.process_limit and not any(a.startswith("pids") for a in applied) and \
+                (os.getuid() != 0 or self.user):
+            # RLIMIT_NPROC counts every process of the user: room for this many more than run now (root's count is
+            # not enforced, so a root caller's workers get one where they run as an unprivileged user)
             limits = json.loads(env["DICE_HARNESS_LIMITS"])
-            limits["processes"] = _user_processes() + options.process_limit
+            limits["processes"] = _user_processes(self.user or os.getuid()) + options.process_limit
             env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
         with open(self.log_path, "wb") as log:
-            if self.sandboxed:
-                info_read, info_write = os.pipe()
-                room = self._room(options, env, writable)
-                try:
-                    # bwrap --die-with-parent ties the sandbox to the *thread* that starts it (PR_SET_PDEATHSIG):
-                    # started from a check's thread, it would be killed when that check ends. One thread that
-                    # lives as long as this process starts them all.
-                    self.process = _SPAWNER.submit(
-                        subprocess.Popen, nice + sandbox.wrap(argv, room, found.tool, sandbox.scrub(env),
-                                                              info_fd=info_write),
-                        stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write, info_write),
-                        cwd=self.directory, env=sandbox.scrub(env), start_new_session=True).result()
-                finally:
-                    os.close(info_write)
-                self.child_pid = _child_pid(info_read)
+            if room is not None:
+                if self.user:  # it reads (a reference: writes) its folder as that user
+                    os.chown(self.directory, self.user, self.user)
+                    env[sandbox.USER_VARIABLE] = str(self.user)
+                # bwrap --die-with-parent ties the sandbox to the *thread* that starts it (PR_SET_PDEATHSIG):
+                # started from a check's thread, it would be killed when that check ends. One thread that
+                # lives as long as this process starts them all.
+                self.process, self.child_pid = sandbox.spawn(
+                    nice + argv, room, found.tool, sandbox.scrub(env),
+                    start=lambda *a, **k: _SPAWNER.submit(*a, **k).result(),
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
+                    cwd=self.directory, env=sandbox.scrub(env), start_new_session=True)
                 if self.child_pid and not room.pid1:  # bwrap's init is PID 1 there: the worker is its one child
                     self.child_pid = _only_child(self.child_pid)
                 found = _stat(self.child_pid) if self.child_pid else []
@@ -203,7 +216,8 @@ class Worker:
         # asked about, and each reply must answer the command it comes for
         self.pending: collections.deque[type[messages.Command]] = collections.deque()
 
-    def _room(self, options: Options, env: dict[str, str], writable: tuple[str, ...]) -> sandbox.Room:
+    def _room(self, options: Options, env: dict[str, str], writable: tuple[str, ...],
+              found: sandbox.Status) -> sandbox.Room:
         cache = options.extensions_dir
         os.makedirs(cache, exist_ok=True)  # a bind needs its source
         readable = [cache]
@@ -219,8 +233,14 @@ class Worker:
         gpu = uses_gpu(options) and self.role != "builder"
         # A reference worker opens the solution's outputs by CUDA IPC, which tells processes apart by their PIDs
         # inside their namespaces: the solution's worker is PID 1 in its sandbox, so this one must not be
+        # A root caller's candidates run as an unprivileged user (`sandbox` says why); a builder runs none, and
+        # writes the cache as its owner
+        user = found.user if options.unprivileged and self.role != "builder" and \
+            (not gpu or options.unprivileged_gpu and sandbox.gpu_nodes_open_to_all()) else 0
+        if os.geteuid() == 0 and not user and self.role != "builder":
+            self.root_reason = _why_root(options, found, gpu)
         return sandbox.Room(scratch_mb=options.scratch_limit_mb, readable=tuple(readable), writable=writable,
-                            gpu=gpu, pid1=not (gpu and self.role == "reference"))
+                            gpu=gpu, pid1=not (gpu and self.role == "reference"), user=user)
 
     @property
     def pid(self) -> int:
@@ -472,7 +492,8 @@ def hand_shared(solution: Worker, reference: Worker) -> None:
         return
     for name in names:
         try:
-            _copy_regular(source_dir / name, target_dir / name, sandbox.SHM_MB << 20)
+            if _copy_regular(source_dir / name, target_dir / name, sandbox.SHM_MB << 20) and reference.user:
+                os.chown(target_dir / name, reference.user, reference.user)  # the driver opens it to write
         except OSError:
             continue
 
@@ -530,7 +551,8 @@ def _spare_key(options: Options, extra: dict[str, str], role: str = "solution") 
     """What a worker's start fixes (its role, limits, sandbox, GPU or not, environment): a spare serves only checks
     that agree."""
     return (role, options.file_size_limit_mb, options.cpu_time_limit_s, options.memory_limit_gb,
-            options.scratch_limit_mb, options.process_limit, options.sandbox, options.device != "cpu",
+            options.scratch_limit_mb, options.process_limit, options.sandbox, options.unprivileged,
+            options.unprivileged_gpu, options.device != "cpu",
             options.cuda_home, options.extensions_dir, tuple(sorted(extra.items())))
 
 
@@ -547,23 +569,6 @@ def _only_child(pid: int) -> int:
             return int(children[0])
         time.sleep(0.001)
     return 0
-
-
-def _child_pid(info: int) -> int:
-    """The sandboxed worker's PID, from bwrap's --info-fd JSON (written once the sandbox is set up); 0 when bwrap
-    ended first (its own error is in the worker's log)."""
-    text = b""
-    try:
-        while not text.rstrip().endswith(b"}"):
-            chunk = os.read(info, 4096)
-            if not chunk:
-                return 0
-            text += chunk
-        return int(json.loads(text)["child-pid"])
-    except (OSError, ValueError, KeyError):
-        return 0
-    finally:
-        os.close(info)
 
 
 def default_spare_count() -> int:

@@ -18,7 +18,7 @@ from dice_lsp.harness import timing  # binds the clocks before any candidate cod
 
 import torch
 
-from dice_lsp.harness import messages, stages
+from dice_lsp.harness import messages, sandbox, stages
 from dice_lsp.harness.build import Call, Extension
 from dice_lsp.harness.side import Side
 
@@ -98,6 +98,7 @@ def warm_up_cuda(device: str) -> str:
 
 def main() -> int:
     reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+    sandbox.become_from_environment()  # before any command: a root caller's candidates never run as root
     limits = json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}"))
     apply_limits(limits)
     if limits.get("role") == "reference":

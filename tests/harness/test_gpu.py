@@ -67,3 +67,17 @@ def test_work_on_a_side_stream_is_caught_by_the_host_clock(files, gpu_options):
     report = harness.check(files.text("add_reference.py"), solution, gpu_options.with_(baseline="eager"))
     assert report.status == "correct", report.summary() + report.log
     assert "timer-mismatch" in [f.code for f in report.findings]
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="a root caller's defence")
+def test_a_root_callers_gpu_check_runs_its_candidate_unprivileged(files, gpu_options):
+    """With unprivileged_gpu on, a root caller's GPU workers run as nobody: the solution sees itself so, its
+    outputs still reach the reference by CUDA IPC (the driver's files handed over and given to that user), its kernels
+    are still profiled, and no `unsandboxed` warning says otherwise. Passing here is what turns it on by default."""
+    prelude = ("import os\nif 0 in os.getresuid():\n    raise RuntimeError('runs as root')\n")
+    report = harness.check(files.text("add_reference.py"), prelude + files.text("cuda_solution.py"),
+                           gpu_options.with_(unprivileged_gpu=True, sandbox="require"))
+    assert report.status == "correct", report.summary() + report.message + report.log
+    assert "unsandboxed" not in [f.code for f in report.findings], report.findings
+    assert next(s.detail for s in report.stages if s.name == "verify").endswith("outputs by CUDA IPC")
+    assert [k.name for k in report.kernels if k.own] == ["add_kernel"], report.kernels

@@ -180,6 +180,86 @@ if written >= 2 << 10:
     assert report.status == "correct", (report.status, report.message)
 
 
+ROOT_CALLER = pytest.mark.skipif(os.geteuid() != 0, reason="a root caller's defence: any other caller's candidates "
+                                                            "run as that caller, whom the kernel limits already")
+
+
+@ROOT_CALLER
+def test_a_root_callers_candidate_is_not_root_and_reads_no_root_only_file(files, sandboxed, outside):
+    """Inside bwrap's user namespace a root caller's candidate would still be uid 0 to the kernel, and read every
+    root-only file the read-only system shows (host keys, /etc/shadow): it runs as an unprivileged user."""
+    secret = f"secret-{uuid.uuid4().hex}"
+    key = outside / "host_key"
+    key.write_text(secret)
+    key.chmod(0o600)
+    prelude = f'''
+import os
+if 0 in os.getresuid() or 0 in os.getresgid():
+    raise RuntimeError(f"ESCAPED: runs as root {{os.getresuid()}}")
+try:
+    text = open({str(key)!r}).read()
+except OSError:
+    pass
+else:
+    raise RuntimeError(f"ESCAPED: read {{text}}")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
+                   sandboxed)
+    assert not escaped(report) and secret not in report.message, report.message
+    assert report.status == "correct", (report.status, report.message)
+
+
+@ROOT_CALLER
+def test_a_process_count_holds_for_a_root_caller_without_a_pids_cgroup(files, sandboxed, monkeypatch):
+    """Where no pids cgroup can be made (the GPU machine's vm has no pids controller), RLIMIT_NPROC is the count,
+    and the kernel does not enforce it on root: the candidate's unprivileged user meets it."""
+    monkeypatch.setattr(sandbox.Cgroup, "_make", lambda self, path, knobs: None)
+    prelude = '''
+import subprocess
+started = []
+try:
+    for _ in range(200):
+        started.append(subprocess.Popen(["sleep", "600"]))
+except OSError:
+    pass
+for child in started:
+    child.kill()
+    child.wait()
+if len(started) >= 200:
+    raise RuntimeError(f"ESCAPED: started {len(started)} processes")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
+                   sandboxed.with_(process_limit=64))
+    assert not escaped(report), report.message
+    assert report.status == "correct", (report.status, report.message)
+
+
+@ROOT_CALLER
+def test_a_candidate_left_root_is_said_in_the_report(files, sandboxed):
+    """Where a root caller's candidate stays root (here turned off; elsewhere a runtime folder only root can read),
+    the report warns, on forward, with why: the defences above do not hold then."""
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)"),
+                   sandboxed.with_(unprivileged=False))
+    [warning] = [f for f in report.findings if f.code == "unsandboxed"]
+    assert warning.severity == "warning" and "unprivileged = False" in warning.message, warning
+    assert report.status == "correct"
+
+
+def test_cannot_make_a_user_namespace(files, sandboxed):
+    """A user namespace of its own would give the candidate every capability there (mounts of unbounded tmpfs, the
+    kernel's namespaced code paths): refused (bwrap's --disable-userns, or, for a root caller, a seccomp filter)."""
+    prelude = '''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000) == 0:  # CLONE_NEWUSER
+    raise RuntimeError("ESCAPED: made a user namespace")
+'''
+    report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
+                   sandboxed)
+    assert not escaped(report), report.message
+    assert report.status == "correct", (report.status, report.message)
+
+
 def test_no_process_outlives_its_check(files, sandboxed):
     marker = f"dice-escapee-{uuid.uuid4().hex}"
     prelude = f'''
@@ -253,12 +333,10 @@ def test_a_worker_that_is_not_pid_1_is_found_and_its_end_ends_the_sandbox(sandbo
 
     script = ("import os, subprocess, sys; subprocess.Popen(['sleep', '3600'], start_new_session=True); "
               "print(os.getpid(), flush=True); sys.stdin.read()")
-    info_read, info_write = os.pipe()
-    argv = sandbox.wrap([sys.executable, "-c", script], sandbox.Room(scratch_mb=8, pid1=False),
-                        sandbox.status().tool, sandbox.scrub(dict(os.environ)), info_fd=info_write)
-    bwrap = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(info_write,), text=True)
-    os.close(info_write)
-    init = process._child_pid(info_read)
+    found = sandbox.status()
+    bwrap, init = sandbox.spawn([sys.executable, "-c", script], sandbox.Room(scratch_mb=8, pid1=False, user=found.user),
+                                found.tool, sandbox.scrub(dict(os.environ)), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
     worker = process._only_child(init)
     assert worker and worker != init
     assert bwrap.stdout.readline().strip() == "2"  # PID 2 inside
