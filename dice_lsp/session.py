@@ -323,12 +323,12 @@ class Session:
         anatomy, path, settings = analysis.anatomy, uri_path(uri), self.settings
         if infill:
             if anatomy.model_new is None or infill_split(anatomy) is None:
-                return Answer(False, "no ModelNew skeleton with an empty or TODO CUDA source to infill")
+                return self.refuse("no ModelNew skeleton with an empty or TODO CUDA source to infill")
             assert analysis.pairing is not None
             reference, missing, skeleton = analysis.pairing.text, analysis.pairing.problem, anatomy.text
         else:
             if anatomy.model is None:
-                return Answer(False, "no `class Model` in this file to generate a kernel for")
+                return self.refuse("no `class Model` in this file to generate a kernel for")
             reference, missing, skeleton = anatomy.text, None, None
         if reference is None:
             self.show_once("no-reference", missing, "warning")
@@ -352,6 +352,12 @@ class Session:
         self.editor.status(Status("idle", "generation finished", uri=uri,
                                   model=settings.model or "bundled default model"))
         return await self.place(uri, analysis, drafts[0], infill, title)
+
+    def refuse(self, why: str) -> Answer:
+        """A command that cannot start on this file: said where the user looks (editors drop a command's answer),
+        and answered."""
+        self.editor.show("warning", why)
+        return Answer(False, why)
 
     async def place(self, uri: str, analysis: Analysis, draft, infill: bool, title: str) -> Answer:
         """Put a draft where it goes: a new file written beside the problem and opened, or an edit of this file that

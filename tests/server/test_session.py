@@ -407,6 +407,12 @@ async def test_infill_without_a_todo_source_says_so(tmp_path):
     await opened(session, uri, PROBLEM)
     answer = await session.generate(uri, infill=True)
     assert answer.ok is False and "TODO CUDA source" in answer.message
+    assert editor.shown[-1] == ("warning", answer.message)  # clients drop a command's answer: the user sees it
+    skeleton = write(tmp_path, "skeleton.py", TWO_SOURCES)
+    await opened(session, skeleton, TWO_SOURCES)
+    answer = await session.generate(skeleton, infill=False)
+    assert answer.ok is False and "no `class Model`" in answer.message and editor.shown[-1] == ("warning",
+                                                                                                answer.message)
 
 
 async def test_generation_errors_are_shown_once_and_cancelling_changes_nothing(tmp_path):
