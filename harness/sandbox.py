@@ -23,6 +23,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -157,10 +158,8 @@ def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = No
     for folder in _hidden():
         args += ["--tmpfs", folder]
     hidden = [*_hidden(), SCRATCH]
-    # The interpreter, its packages, the CUDA toolkit; for an unprivileged user only what it could read (the caller's
-    # own script folder, private to root, would hide the folders bound inside it)
-    runtime = _runtime_paths()
-    binds = [("--ro-bind", path) for path in runtime if not room.user or _open_to_all(path, hidden, runtime)]
+    # The interpreter, its packages, the CUDA toolkit
+    binds = [("--ro-bind", path) for path in (_readable_runtime(hidden) if room.user else _runtime_paths())]
     binds += [("--ro-bind", path) for path in map(os.path.realpath, room.readable) if _inside(path, hidden)]
     binds += [("--bind", path) for path in map(os.path.realpath, room.writable)]
     made: set[str] = set()
@@ -351,18 +350,46 @@ def _hidden() -> list[str]:
     return [p for p in hidden if not any(p != q and p.startswith(q + os.sep) for q in hidden)]
 
 
-def _open_to_all(path: str, hidden: list[str], bound: tuple[str, ...]) -> bool:
-    """Whether any user could list `path` in the sandbox and pass through every folder above it there: the host's
-    own folders (the system's, or those inside another bound path) need to let them; the folders this sandbox makes
-    on the way inside a hidden one let anyone through."""
-    def made(folder: str) -> bool:
-        return _inside(folder, hidden) and not any(_inside(folder, [b]) for b in bound if b != path)
+def _readable_runtime(hidden: list[str]) -> list[str]:
+    """The runtime paths an unprivileged user can use. One only its owner may read (a `mktemp -d` checkout, the
+    caller's own script folder) would hide the folders bound inside it: inside a hidden folder it is made afresh
+    and its entries that anyone may read are bound one by one; elsewhere it is left out."""
+    runtime = _runtime_paths()
+    found = []
+    for path in runtime:
+        others = [p for p in runtime if p != path]
+        if not _passable_above(path, hidden, others):
+            continue
+        if _readable_by_all(path):
+            found.append(path)
+        elif _inside(path, hidden) and os.path.isdir(path):
+            with os.scandir(path) as entries:
+                found += sorted(e.path for e in entries if _readable_by_all(e.path))
+    return found
 
+
+def _readable_by_all(path: str) -> bool:
+    """A folder anyone may list and enter, or a file anyone may read."""
+    mode = _mode(path)
+    need = 0o005 if stat.S_ISDIR(mode) else 0o004
+    return mode != 0 and mode & need == need
+
+
+def _passable_above(path: str, hidden: list[str], bound: list[str]) -> bool:
+    """Whether any user may pass through every folder above `path` in the sandbox: the host's own folders (the
+    system's, or those inside another bound path) need to let them; the folders a sandbox makes on the way inside a
+    hidden one let anyone through."""
+    def made(folder: str) -> bool:
+        return _inside(folder, hidden) and not any(_inside(folder, [b]) for b in bound)
+
+    return all(_mode(folder) & 0o001 for folder in map(str, Path(path).parents) if not made(folder))
+
+
+def _mode(path: str) -> int:
     try:
-        return all(os.stat(folder).st_mode & 0o001 for folder in map(str, Path(path).parents) if not made(folder)) \
-            and os.stat(path).st_mode & 0o005 == 0o005
+        return os.stat(path).st_mode
     except OSError:
-        return False
+        return 0
 
 
 def _inside(path: str, folders: list[str]) -> bool:

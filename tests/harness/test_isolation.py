@@ -245,6 +245,29 @@ def test_a_candidate_left_root_is_said_in_the_report(files, sandboxed):
     assert report.status == "correct"
 
 
+@ROOT_CALLER
+def test_an_unprivileged_worker_imports_from_a_checkout_only_root_may_read(tmp_path, monkeypatch):
+    """A checkout in a folder only its owner may enter (`mktemp -d`, 0700) would be no use to nobody: inside a hidden
+    folder it is made afresh in the sandbox and its entries bound one by one, so the package in it imports."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir(mode=0o700)
+    (checkout / "probe_module.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(checkout))
+    sandbox._runtime_paths.cache_clear()
+    try:
+        found = sandbox.status()
+        assert found.user, found.root_note
+        inside = sandbox.scrub(dict(os.environ)) | {sandbox.USER_VARIABLE: str(found.user), "PYTHONPATH": str(checkout)}
+        code = ("import dice_lsp.harness.sandbox as s; s.become_from_environment(); import os, probe_module; "
+                "print(probe_module.VALUE, os.getuid())")
+        bwrap, _pid = sandbox.spawn([sys.executable, "-c", code], sandbox.Room(scratch_mb=8, user=found.user),
+                                    found.tool, inside, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        said, _ = bwrap.communicate(timeout=300)
+    finally:
+        sandbox._runtime_paths.cache_clear()
+    assert said.split() == ["42", str(found.user)], said
+
+
 def test_cannot_make_a_user_namespace(files, sandboxed):
     """A user namespace of its own would give the candidate every capability there (mounts of unbounded tmpfs, the
     kernel's namespaced code paths): refused (bwrap's --disable-userns, or, for a root caller, a seccomp filter)."""
