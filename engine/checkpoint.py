@@ -83,36 +83,37 @@ def resolve(model_ref: str) -> Path:
         raise EngineError(f"{model_ref} is a file; give the checkpoint's directory (the one holding config.json)")
     if model_ref.count("/") != 1 or model_ref.startswith((".", "/", "~")):
         raise EngineError(f"no checkpoint directory {model_ref}; give a directory or a hub id like owner/name")
-    for hub in _hub_caches():
-        snapshot = _snapshot(hub / ("models--" + model_ref.replace("/", "--")))
-        if snapshot is not None:
-            return snapshot
+    snapshot = _cached_snapshot(model_ref)
+    if snapshot is not None:
+        return snapshot
     raise EngineError(
-        f"{model_ref} is not in the local Hugging Face cache ({', '.join(str(p) for p in _hub_caches())}); "
-        f"dice-lsp never downloads. On a machine with internet run `huggingface-cli download {model_ref}` "
-        f"(or `huggingface-cli download {model_ref} --local-dir DIR`), then point dice.model at the directory"
+        f"{model_ref} is not in the local Hugging Face cache ({_hub_cache()}); dice-lsp never downloads. On a "
+        f"machine with internet run `huggingface-cli download {model_ref}` (or `huggingface-cli download "
+        f"{model_ref} --local-dir DIR`), then point dice.model at the directory"
     )
 
 
-def _hub_caches() -> list[Path]:
-    roots = []
+def _hub_cache() -> Path:
+    """Where the Hugging Face cache is now: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub. Read at
+    each call (huggingface_hub reads its own at import, before a test or the editor's environment can set it)."""
     if os.environ.get("HF_HUB_CACHE"):
-        roots.append(Path(os.environ["HF_HUB_CACHE"]))
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     if os.environ.get("HF_HOME"):
-        roots.append(Path(os.environ["HF_HOME"]) / "hub")
-    roots.append(Path("~/.cache/huggingface/hub").expanduser())
-    return list(dict.fromkeys(roots))
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path("~/.cache/huggingface/hub").expanduser()
 
 
-def _snapshot(repo: Path) -> Path | None:
-    """The snapshot that refs/main names, else the newest snapshot holding a config.json."""
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        candidate = repo / "snapshots" / ref.read_text().strip()
-        if (candidate / "config.json").is_file():
-            return candidate
-    snapshots = [p for p in (repo / "snapshots").glob("*") if (p / "config.json").is_file()]
-    return max(snapshots, key=lambda p: p.stat().st_mtime) if snapshots else None
+def _cached_snapshot(model_ref: str) -> Path | None:
+    """The snapshot of `model_ref` that the cache's main ref names, found the way huggingface_hub finds it, without
+    any network (local_files_only); None when it is not cached or holds no config.json."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        snapshot = Path(snapshot_download(model_ref, cache_dir=_hub_cache(), local_files_only=True))
+    except (LocalEntryNotFoundError, ValueError, OSError):
+        return None
+    return snapshot if (snapshot / "config.json").is_file() else None
 
 
 def pick_device(device: str = "auto") -> torch.device:
