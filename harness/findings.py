@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dice_lsp.anatomy.types import Anatomy, Finding, Span
+from dice_lsp.anatomy.related import launches_of
+from dice_lsp.anatomy.types import Anatomy, Finding, Related, Span
 
 from dice_lsp.harness.messages import Ran, TrialResult
 from dice_lsp.harness.options import Options
@@ -70,7 +71,8 @@ def from_kernels(kernels: Sequence[KernelShare], anatomy: Anatomy | None) -> lis
     launched = {k.name for k in kernels if k.own}
     missing = [k for k in anatomy.kernels if k.name not in launched]
     severity = "error" if missing and not launched else "warning"
-    return [Finding("kernel-not-launched", f"kernel {k.name} never launched during forward", k.name_span, severity)
+    return [Finding("kernel-not-launched", f"kernel {k.name} never launched during forward", k.name_span, severity,
+                    launches_of(anatomy, k.name, "launched here, but this launch did not run during forward"))
             for k in missing]
 
 
@@ -152,9 +154,11 @@ def from_work(solution: Any, reference: Any, anatomy: Anatomy | None, text: str,
         return [Finding("torch-fallback", f"PyTorch's {kind} take {share:.1%} of forward's {unit} time{at} ({top}), "
                         f"the solution's own {1 - share:.1%}: a mix, fine when its own part replaces some of the "
                         "reference's work (an epilogue fused after a library matmul)", where, "information")]
+    bypassed = tuple(Related(k.name_span, f"kernel `{k.name}`: PyTorch's {kind} did the work in its place")
+                     for k in (anatomy.kernels if anatomy is not None else ()))
     return [Finding("torch-fallback", f"PyTorch does the work{at}: its {kind} take {share:.1%} of forward's {unit} "
                     f"time ({top}), the solution's own {1 - share:.1%}, too little to be doing any of the "
-                    "reference's work", where, "warning")]
+                    "reference's work", where, "warning", bypassed)]
 
 
 def from_streams(streams: int, span: Span) -> list[Finding]:

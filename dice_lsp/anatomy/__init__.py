@@ -20,6 +20,7 @@ from dice_lsp.anatomy.types import (
     Extension,
     Finding,
     Piece,
+    Related,
     SourceString,
     Span,
     Split,
@@ -29,7 +30,7 @@ MAX_BYTES = 5 * 1024 * 1024
 
 __all__ = [
     "Anatomy", "Call", "ClassInfo", "CudaFunction", "Encoding", "Extension", "Finding", "LineIndex", "Piece",
-    "Pairing", "SourceString", "Span", "Split", "core_split", "find_reference", "infill_split", "parse",
+    "Pairing", "Related", "SourceString", "Span", "Split", "core_split", "find_reference", "infill_split", "parse",
     "read_reference",
 ]
 

@@ -97,4 +97,9 @@ def _declarator_name(node: Node | None) -> Node | None:
 
 def launches(value: str, kernel: str) -> bool:
     """Whether `value` launches `kernel` with the triple-chevron syntax (templates allowed: `k<float><<<...>>>`)."""
-    return re.search(rf"\b{re.escape(kernel)}\s*(<[^<>;]*>)?\s*<<<", value) is not None
+    return bool(launch_sites(value, kernel))
+
+
+def launch_sites(value: str, kernel: str) -> list[tuple[int, int]]:
+    """Where `value` launches `kernel`: (start, end) value offsets of each `kernel<<<`, from the name to the chevrons."""
+    return [match.span() for match in re.finditer(rf"\b{re.escape(kernel)}\s*(<[^<>;]*>)?\s*<<<", value)]

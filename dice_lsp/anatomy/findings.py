@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from dice_lsp.anatomy import related
 from dice_lsp.anatomy.cuda import launches
 from dice_lsp.anatomy.reader import FileReader, Reading, _definition, _descendants, _methods, _module_statements
-from dice_lsp.anatomy.types import Anatomy, ClassInfo, Extension, Finding, Span
+from dice_lsp.anatomy.types import Anatomy, ClassInfo, Extension, Finding, Related, Span
 
 # Codes, documented once here (README lists them too).
 KERNEL_NOT_BOUND = "kernel-not-bound"  # compiled, but nothing lets Python reach it
@@ -93,10 +94,15 @@ class _Context:
     reference: Anatomy | None
     findings: list[Finding]
 
-    def add(self, code: str, span: Span, message: str, severity: str = "warning") -> None:
-        finding = Finding(code, message, span, severity)  # type: ignore[arg-type]
+    def add(self, code: str, span: Span, message: str, severity: str = "warning",
+            also: tuple[Related, ...] = ()) -> None:
+        finding = Finding(code, message, span, severity, also)  # type: ignore[arg-type]
         if finding not in self.findings:
             self.findings.append(finding)
+
+    def model_part(self, part: str, message: str) -> tuple[Related, ...]:
+        """A part of the reference's `class Model`, in whichever file holds it; none without a reference."""
+        return () if self.reference is None else related.model_part(self.reference, self.anatomy, part, message)
 
 
 def find_deceptions(anatomy: Anatomy, reader: FileReader, reading: Reading,
@@ -179,19 +185,22 @@ def _check_binding(context: _Context, solution: ClassInfo, called: dict[int, lis
         kernels = [f for source in extension.cuda_sources for f in source.functions if f.kind == "global"]
         if not extension.functions:
             context.add(KERNEL_NOT_BOUND, extension.call,
-                        "the extension is compiled with no `functions=[...]`, so Python cannot call any of its kernels")
+                        "the extension is compiled with no `functions=[...]`, so Python cannot call any of its kernels",
+                        also=related.kernels_of(extension, "kernel `{name}` cannot be reached from Python"))
             continue
         used = any(target == extension.variable for target in solution.bindings.values()) or bool(called[index])
         bound_self = any(target.startswith("self.") for target in solution.bindings.values())
         if not used and not bound_self:
             name = extension.variable or extension.name or "the extension"
             context.add(KERNEL_NOT_BOUND, extension.call,
-                        f"`{name}` is compiled but ModelNew never binds or uses it: its kernels never run")
+                        f"`{name}` is compiled but ModelNew never binds or uses it: its kernels never run",
+                        also=related.kernels_of(extension, "kernel `{name}` never runs"))
             continue
         if not called[index]:
             context.add(BINDING_NOT_CALLED, solution.forward or solution.name_span,
                         f"forward never calls the compiled extension's functions ({', '.join(extension.functions)}): "
-                        "the custom kernel never runs")
+                        "the custom kernel never runs",
+                        also=related.hosts_of(extension, extension.functions, "`{name}` is bound but never called"))
         bound_hosts = set(extension.functions)
         all_code = "\n".join(s.value for s in extension.sources)
         for kernel in kernels:
@@ -201,12 +210,15 @@ def _check_binding(context: _Context, solution: ClassInfo, called: dict[int, lis
                                                                                       kernel.name)]
             if not launches(all_code, kernel.name):
                 context.add(KERNEL_NOT_BOUND, kernel.name_span,
-                            f"kernel `{kernel.name}` is compiled but no host function launches it")
+                            f"kernel `{kernel.name}` is compiled but no host function launches it",
+                            also=related.hosts_of(extension, bound_hosts, "`{name}` is bound but does not launch it"))
             elif launchers and not any(f.name in bound_hosts or _reaches(f.name, bound_hosts, extension)
                                        for f in launchers):
                 context.add(KERNEL_NOT_BOUND, kernel.name_span,
                             f"kernel `{kernel.name}` is launched only from "
-                            f"{', '.join('`' + f.name + '`' for f in launchers)}, which `functions=[...]` does not bind")
+                            f"{', '.join('`' + f.name + '`' for f in launchers)}, which `functions=[...]` does not bind",
+                            also=tuple(Related(f.name_span, f"`{f.name}` launches it but is not bound")
+                                       for f in launchers))
 
 
 def _reaches(host: str, bound: set[str], extension: Extension) -> bool:
@@ -232,13 +244,24 @@ def _check_torch_ops(context: _Context, class_node: Node, path: list[Node], call
             words = _FAMILY_WORDS.get(family, (op,))
             if not any_kernel_called:
                 context.add(TORCH_FALLBACK, span, f"forward computes with PyTorch (`{op}`) and never runs a custom "
-                                                  "kernel: the speedup would be PyTorch's, not yours")
+                                                  "kernel: the speedup would be PyTorch's, not yours",
+                            also=tuple(Related(k.name_span, f"kernel `{k.name}` is compiled but forward never runs it")
+                                       for k in context.anatomy.kernels))
             elif kernel_words & set(words) or op in kernel_words:
                 context.add(TORCH_FALLBACK, span, f"forward computes `{op}` with PyTorch although a custom kernel "
-                                                  f"here is named for that job ({family})")
+                                                  f"here is named for that job ({family})",
+                            also=_named_for(context.anatomy, set(words) | {op}))
             else:
                 context.add(TORCH_FALLBACK, span, f"forward also runs PyTorch's `{op}`; its time counts in the "
                                                   "speedup, and only the rest is custom", "information")
+
+
+def _named_for(anatomy: Anatomy, words: set[str]) -> tuple[Related, ...]:
+    """The kernels and bound host functions whose names say they do the job `words` name."""
+    bound = {name for extension in anatomy.extensions for name in extension.functions}
+    return tuple(Related(f.name_span, f"`{f.name}` is named for this job")
+                 for source in anatomy.sources for f in source.functions
+                 if (f.kind == "global" or f.name in bound) and _words(f.name) & words)
 
 
 def _torch_ops(node: Node, reader: FileReader, aliases: set[str], layers: dict[str, str]):
@@ -332,7 +355,8 @@ def _check_one_shot(context: _Context) -> None:
                     else "check that it implements this problem")
             context.add(ONE_SHOT_COPY, kernel.name_span,
                         f"kernel `{kernel.name}` is the prompt's one-shot elementwise-add example; {what}",
-                        "warning" if reference is not None else "information")
+                        "warning" if reference is not None else "information",
+                        also=context.model_part("forward", "what the problem computes"))
 
 
 def _check_exceptions(context: _Context, path: list[Node]) -> None:
@@ -340,13 +364,21 @@ def _check_exceptions(context: _Context, path: list[Node]) -> None:
     for node in path:
         for statement in _descendants(node, "try_statement"):
             context.add(EXCEPTION_FALLBACK, reader.span(statement),
-                        "try/except in forward: a failing kernel can silently fall back to PyTorch")
+                        "try/except in forward: a failing kernel can silently fall back to PyTorch",
+                        also=_handlers(statement, reader, "runs instead when the kernel fails"))
     root = reader.tree.root_node
     for statement in _descendants(root, "try_statement"):
         body = statement.child_by_field_name("body")
         if body is not None and "load_inline" in reader.source(body):
             context.add(EXCEPTION_FALLBACK, reader.span(statement),
-                        "the extension's build is wrapped in try/except: a failed build can fall back to PyTorch")
+                        "the extension's build is wrapped in try/except: a failed build can fall back to PyTorch",
+                        also=_handlers(statement, reader, "runs instead when the build fails"))
+
+
+def _handlers(statement: Node, reader: FileReader, message: str) -> tuple[Related, ...]:
+    """The `except` clauses of a try statement, on their first line: where the fallback is."""
+    return tuple(Related(reader.span(clause), message) for clause in statement.children
+                 if clause.type in ("except_clause", "except_group_clause"))
 
 
 def _check_reference_reuse(context: _Context, solution: ClassInfo, class_node: Node) -> None:
@@ -354,13 +386,15 @@ def _check_reference_reuse(context: _Context, solution: ClassInfo, class_node: N
     for base in solution.bases:
         if base.rsplit(".", 1)[-1] == "Model":
             context.add(REFERENCE_REUSE, solution.name_span,
-                        "ModelNew inherits from Model: the reference's code can run instead of the kernel")
+                        "ModelNew inherits from Model: the reference's code can run instead of the kernel",
+                        also=context.model_part("class", "the reference it inherits"))
     for call in _descendants(class_node, "call"):
         callee = call.child_by_field_name("function")
         text = reader.source(callee).replace(" ", "") if callee is not None else ""
         if text in ("Model", "Model.forward") or text.endswith(".Model") or (
                 text == "super().forward" and any(b.rsplit(".", 1)[-1] == "Model" for b in solution.bases)):
-            context.add(REFERENCE_REUSE, reader.span(call), f"ModelNew calls the reference (`{text}`)")
+            context.add(REFERENCE_REUSE, reader.span(call), f"ModelNew calls the reference (`{text}`)",
+                        also=context.model_part("forward", "the reference's forward, which runs instead"))
 
 
 def _check_escapes(context: _Context) -> None:
@@ -449,9 +483,10 @@ def _check_signature(context: _Context, solution: ClassInfo) -> None:
             len(model.forward_params) != len(solution.forward_params):
         context.add(SIGNATURE_MISMATCH, solution.forward,
                     f"forward takes ({', '.join(solution.forward_params)}) but Model's takes "
-                    f"({', '.join(model.forward_params)})")
+                    f"({', '.join(model.forward_params)})", also=context.model_part("forward", "Model's forward"))
     if model.init is not None and solution.init is not None and \
             len(model.init_params) != len(solution.init_params):
         context.add(SIGNATURE_MISMATCH, solution.init,
                     f"__init__ takes ({', '.join(solution.init_params)}) but Model's takes "
-                    f"({', '.join(model.init_params)}); get_init_inputs() feeds both")
+                    f"({', '.join(model.init_params)}); get_init_inputs() feeds both",
+                    also=context.model_part("__init__", "Model's __init__"))

@@ -141,6 +141,16 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Related:
+    """A second place a finding is about, where the file shows it (the host function that should launch a kernel
+    that never runs, the `except` a failing kernel falls back to): the editor links it beside the finding."""
+
+    span: Span
+    message: str
+    in_reference: bool = False  # a span of the reference's text (Model in the linked problem file), not this file's
+
+
+@dataclass(frozen=True)
 class Finding:
     """Something about the file a user should know, with a stable code (shared by static and run-time checks)."""
 
@@ -148,6 +158,7 @@ class Finding:
     message: str
     span: Span
     severity: Severity = "warning"
+    related: tuple[Related, ...] = ()
 
 
 @dataclass(frozen=True)
