@@ -9,15 +9,17 @@ lenses and inlay hints, and each finding code links to its row of the README's f
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict
+import hashlib
+import json
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from lsprotocol import types
+from lsprotocol import converters, types
 
 import dice_lsp
-from dice_lsp.anatomy import Anatomy, LineIndex, Span
+from dice_lsp.anatomy import Anatomy, LineIndex, Related, Span, related
 
 SOURCE = "dice"
 # A correct kernel that takes more than twice eager PyTorch's time is a warning: it is slower than the code it replaces
@@ -53,26 +55,60 @@ def offset(text: str, position: types.Position, encoding: str) -> int:
     return LineIndex(text).offset(position.line, position.character, encoding)  # type: ignore[arg-type]
 
 
-def document_diagnostics(anatomy: Anatomy, reference_missing: str | None, report, encoding: str
-                         ) -> list[types.Diagnostic]:
+@dataclass(frozen=True)
+class Places:
+    """Where a diagnostic's related locations point: the file (`uri`), and the reference when `class Model` lives in
+    another file (its uri and text, to place Model's lines). Diagnostics made without Places carry none: the client
+    did not say it shows them."""
+
+    uri: str
+    reference_uri: str | None = None
+    reference_text: str | None = None
+
+    def related(self, index: LineIndex, places: tuple[Related, ...], encoding: str
+                ) -> list[types.DiagnosticRelatedInformation] | None:
+        out = []
+        for place in places:
+            uri, within = (self.reference_uri, self.reference_text) if place.in_reference else (self.uri, None)
+            if uri is None or place.in_reference and within is None:
+                continue  # Model's file has no uri (an unsaved buffer) or its text is gone: no place to point at
+            where = first_line(LineIndex(within) if within is not None else index, place.span, encoding)
+            out.append(types.DiagnosticRelatedInformation(types.Location(uri, where), place.message))
+        return out or None
+
+
+def document_diagnostics(anatomy: Anatomy, reference_missing: str | None, report, encoding: str,
+                         places: Places | None = None) -> list[types.Diagnostic]:
     """All of a file's diagnostics: its anatomy's, then its check's (`report`, None when it was of another text),
-    leaving out a check's finding where the anatomy already put the same code on that line."""
-    diagnostics = anatomy_diagnostics(anatomy, encoding, reference_missing)
+    leaving out a check's finding where the anatomy already put the same code on that line. With `places`, each
+    says the second places it is about (related information)."""
+    diagnostics = anatomy_diagnostics(anatomy, encoding, reference_missing, places)
     if report is not None:
         static = {(d.code, d.range.start.line) for d in diagnostics}
-        for diagnostic in report_diagnostics(anatomy, report, encoding):
+        for diagnostic in report_diagnostics(anatomy, report, encoding, places):
             if (diagnostic.code, diagnostic.range.start.line) not in static:
                 diagnostics.append(diagnostic)
     return diagnostics
 
 
-def anatomy_diagnostics(anatomy: Anatomy, encoding: str, reference_missing: str | None = None
-                        ) -> list[types.Diagnostic]:
+def diagnostic_report(diagnostics: list[types.Diagnostic], previous_result_id: str | None
+                      ) -> types.RelatedFullDocumentDiagnosticReport | types.RelatedUnchangedDocumentDiagnosticReport:
+    """A pulled report of `diagnostics`, named by a digest of their content: when the client's previous report had
+    the same name, it holds these very diagnostics and is told they are unchanged."""
+    content = json.dumps(converters.get_converter().unstructure(diagnostics), sort_keys=True)
+    result_id = hashlib.sha256(content.encode("utf-8")).hexdigest()[:32]
+    if result_id == previous_result_id:
+        return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
+    return types.RelatedFullDocumentDiagnosticReport(items=diagnostics, result_id=result_id)
+
+
+def anatomy_diagnostics(anatomy: Anatomy, encoding: str, reference_missing: str | None = None,
+                        places: Places | None = None) -> list[types.Diagnostic]:
     """Static findings, syntax trouble and what is missing for a check, as diagnostics."""
     index = LineIndex(anatomy.text)
     out = []
     for finding in anatomy.findings:
-        out.append(finding_diagnostic(index, finding, encoding))
+        out.append(finding_diagnostic(index, finding, encoding, places))
     if anatomy.model is not None and anatomy.get_inputs is None:
         out.append(types.Diagnostic(
             range=first_line(index, anatomy.model.name_span, encoding), code="missing-get-inputs", source=SOURCE,
@@ -94,11 +130,14 @@ def anatomy_diagnostics(anatomy: Anatomy, encoding: str, reference_missing: str 
     return out
 
 
-def report_diagnostics(anatomy: Anatomy, report, encoding: str) -> list[types.Diagnostic]:
-    """A harness Report placed on the lines it is about: compile errors, failures, run-time findings, speedups."""
+def report_diagnostics(anatomy: Anatomy, report, encoding: str, places: Places | None = None
+                       ) -> list[types.Diagnostic]:
+    """A harness Report placed on the lines it is about: compile errors (with the load_inline that compiles their
+    source), failures (a wrong result with forward's calls of the compiled functions), run-time findings, speedups."""
     index = LineIndex(anatomy.text)
     out = []
     for diagnostic in report.diagnostics:
+        compiler = related.compiled_by(anatomy, diagnostic.span) if diagnostic.span is not None else None
         if diagnostic.span is not None:
             where = lsp_range(index, diagnostic.span, encoding)
         else:
@@ -107,14 +146,18 @@ def report_diagnostics(anatomy: Anatomy, report, encoding: str) -> list[types.Di
         prefix = f"{diagnostic.file}: " if diagnostic.span is None and diagnostic.file else ""
         out.append(types.Diagnostic(range=where, message=prefix + diagnostic.message, source=SOURCE,
                                     severity=_SEVERITY.get(diagnostic.severity, types.DiagnosticSeverity.Error),
-                                    code="compile"))
+                                    code="compile", related_information=places and places.related(
+                                        index, (compiler,) if compiler is not None else (), encoding)))
     for finding in report.findings:  # run-time findings; the static ones come from anatomy on every change
-        out.append(finding_diagnostic(index, finding, encoding))
+        out.append(finding_diagnostic(index, finding, encoding, places))
     anchor = anatomy.model_new.name_span if anatomy.model_new is not None else Span(0, 0)
     headline = result_line(report)
     if headline:
+        wrong = related.compiled_calls(anatomy, "forward runs the compiled `{name}` here") \
+            if report.status == "mismatch" else ()
         out.append(types.Diagnostic(range=first_line(index, anchor, encoding), message=headline, source=SOURCE,
-                                    code=report.status, severity=result_severity(report)))
+                                    code=report.status, severity=result_severity(report),
+                                    related_information=places and places.related(index, wrong, encoding)))
     for share, kernel in placed_kernels(anatomy, report):  # also an inlay hint: a hint here, out of the problems list
         out.append(types.Diagnostic(
             range=lsp_range(index, kernel.name_span, encoding), source=SOURCE, code="kernel-time",
@@ -125,12 +168,14 @@ def report_diagnostics(anatomy: Anatomy, report, encoding: str) -> list[types.Di
     return out
 
 
-def finding_diagnostic(index: LineIndex, finding, encoding: str) -> types.Diagnostic:
-    """A static or run-time finding on the first line it is about, linked to its documentation."""
+def finding_diagnostic(index: LineIndex, finding, encoding: str, places: Places | None = None) -> types.Diagnostic:
+    """A static or run-time finding on the first line it is about, linked to its documentation (and, with `places`,
+    to the second places it is about)."""
     return types.Diagnostic(
         range=first_line(index, finding.span, encoding), message=finding.message, code=finding.code, source=SOURCE,
         severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning),
         code_description=code_description(finding.code),
+        related_information=places and places.related(index, finding.related, encoding),
     )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dice_lsp import actions
-from dice_lsp.anatomy import Anatomy
+from dice_lsp.anatomy import Anatomy, Pairing
 from dice_lsp.status import Status
 
 if TYPE_CHECKING:  # only for annotations: the harness's package loads its batch machinery on import
@@ -38,7 +38,8 @@ class Applied:
 
 class Editor(Protocol):
     def publish(self, snapshot: Snapshot) -> None:
-        """Show the file's diagnostics: its anatomy's findings, and its last check when it was of this text."""
+        """Show the file's diagnostics: its anatomy's findings, and its last check when it was of this text (sent, or
+        the editor asked to fetch them again from the session's snapshot)."""
 
     def clear(self, uri: str) -> None:
         """Remove the file's diagnostics (it was closed)."""
@@ -87,6 +88,7 @@ class Snapshot:
     reference_problem: str | None  # why a solution has no reference, when it has none
     report: Report | None  # the last check, of whatever text was saved then
     checked: bool  # `report` was computed on this very text
+    reference: Pairing | None = None  # the reference's text and path, when it has one
 
     @property
     def current_report(self) -> Report | None:

@@ -3,7 +3,9 @@ the logic lives, free of pygls) and its answers into LSP types (dice_lsp/convert
 stdio or TCP until it exits or SIGINT/SIGTERM ends the server with every check and worker closed.
 
 `LspEditor` is the session's editor over this connection: diagnostics, messages, status, progress, edits and the
-settings, each used only as far as the client said it supports it.
+settings, each used only as far as the client said it supports it. Diagnostics are pulled (LSP 3.17
+textDocument/diagnostic) by a client that can pull them and be asked to pull again, and pushed to any other, never
+both: an editor shows each set it gets, so both would show every diagnostic twice (ruff's server does the same).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcRequestCancelled
 from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from dice_lsp import __version__, actions, convert, status
 from dice_lsp.anatomy import Span
@@ -62,24 +64,75 @@ class LspProgress:
         self.server.work_done_progress.tokens.pop(self.token, None)
 
 
+def pulls_diagnostics(capabilities: types.ClientCapabilities) -> bool:
+    """Whether the client pulls diagnostics and can be asked to pull again (workspace/diagnostic/refresh). Both, since
+    a file's diagnostics change with no edit of it: a check's result arrives a minute after the save, and a client
+    that could not be told would show it only after the next edit. Any other client gets them pushed."""
+    document, workspace = capabilities.text_document, capabilities.workspace
+    return document is not None and document.diagnostic is not None and workspace is not None and \
+        workspace.diagnostics is not None and bool(workspace.diagnostics.refresh_support)
+
+
+def shows_related(capabilities: types.ClientCapabilities) -> bool:
+    """Whether the client shows a diagnostic's related locations. A pulling client may say so only for pushed
+    diagnostics (relatedInformation came to the pull capabilities in LSP 3.18): it is one view either way."""
+    document = capabilities.text_document
+    if document is None:
+        return False
+    pushed = document.publish_diagnostics is not None and bool(document.publish_diagnostics.related_information)
+    pulled = document.diagnostic is not None and bool(document.diagnostic.related_information)
+    return pushed or pulls_diagnostics(capabilities) and pulled
+
+
+def _answered(future) -> None:
+    """A refresh the client refused or never answered: the next change asks again; nothing to do but say so."""
+    if not future.cancelled() and future.exception() is not None:
+        log.info("workspace/diagnostic/refresh failed: %s", future.exception())
+
+
 class LspEditor:
     """The session's Editor (dice_lsp.session.Editor) over this LSP connection."""
 
     def __init__(self, server: DiceServer) -> None:
         self.server = server
+        self.refresh_asked = False  # a workspace/diagnostic/refresh is on its way this turn of the loop
 
     @property
     def capabilities(self) -> types.ClientCapabilities:
         return self.server.client_capabilities
 
+    def diagnostics(self, snapshot: Snapshot) -> list[types.Diagnostic]:
+        """The file's diagnostics as the client shows them, pushed or pulled alike."""
+        places = None
+        if shows_related(self.capabilities):
+            reference = snapshot.reference
+            places = convert.Places(snapshot.uri, reference.path.as_uri() if reference and reference.path else None,
+                                    reference.text if reference else None)
+        return convert.document_diagnostics(snapshot.anatomy, snapshot.reference_problem, snapshot.current_report,
+                                            self.server.encoding, places)
+
     def publish(self, snapshot: Snapshot) -> None:
-        diagnostics = convert.document_diagnostics(snapshot.anatomy, snapshot.reference_problem,
-                                                   snapshot.current_report, self.server.encoding)
+        if pulls_diagnostics(self.capabilities):
+            self.ask_to_pull()
+            return
         self.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-            uri=snapshot.uri, diagnostics=diagnostics, version=snapshot.version))
+            uri=snapshot.uri, diagnostics=self.diagnostics(snapshot), version=snapshot.version))
 
     def clear(self, uri: str) -> None:
-        self.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        if not pulls_diagnostics(self.capabilities):  # a pulling client drops a closed file's diagnostics itself
+            self.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    def ask_to_pull(self) -> None:
+        """workspace/diagnostic/refresh, once for every change made in this turn of the loop (a settings change
+        analyses every open file: one refresh pulls them all)."""
+        if self.refresh_asked:
+            return
+        self.refresh_asked = True
+
+        def ask() -> None:
+            self.refresh_asked = False
+            self.server.workspace_diagnostic_refresh(None).add_done_callback(_answered)
+        asyncio.get_running_loop().call_soon(ask)
 
     def show(self, severity: Severity, message: str) -> None:
         self.server.window_show_message(convert.message(severity, message))
@@ -174,6 +227,16 @@ class DiceProtocol(LanguageServerProtocol):
         super().__init__(*args, **kwargs)
         self.commands: dict[int | str, asyncio.Task] = {}  # running commands by request id, for $/cancelRequest
 
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        """pygls' initialize, except that only a client that pulls diagnostics (pulls_diagnostics) is offered them:
+        any other gets them pushed, and one that could pull but not be asked to pull again would otherwise pull and
+        be pushed to, and show each diagnostic twice."""
+        result = yield from super().lsp_initialize(params)
+        if not pulls_diagnostics(params.capabilities):
+            result.capabilities.diagnostic_provider = None
+        return result
+
     def _handle_cancel_notification(self, msg_id: int | str) -> None:
         """$/cancelRequest of a running command cancels its task, so what it started stops too (pygls cancels only
         the future of its own executeCommand handler: the answer went out at once while decoding went on); the
@@ -216,7 +279,8 @@ def _json_path(line: str) -> str:
 class DiceServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("dice-lsp", __version__, protocol_cls=DiceProtocol)
-        self.session = Session(LspEditor(self))
+        self.editor = LspEditor(self)
+        self.session = Session(self.editor)
         self.initialization_options: Any = None
 
     @property
@@ -273,6 +337,15 @@ def did_save(ls: DiceServer, params: types.DidSaveTextDocumentParams) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: DiceServer, params: types.DidCloseTextDocumentParams) -> None:
     ls.session.close(params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
+    identifier=convert.SOURCE, inter_file_dependencies=False, workspace_diagnostics=False))
+def diagnostic(ls: DiceServer, params: types.DocumentDiagnosticParams) -> types.DocumentDiagnosticReport:
+    """The file's diagnostics from its latest snapshot, the same set a push would carry ("unchanged" when they are
+    what the client holds from `previous_result_id`)."""
+    diagnostics = ls.editor.diagnostics(ls.session.snapshot(params.text_document.uri))
+    return convert.diagnostic_report(diagnostics, params.previous_result_id)
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[

@@ -228,8 +228,9 @@ class Session:
         doc = self.documents.get(uri) or Document()
         anatomy = doc.anatomy or parse(doc.text or "")
         missing = doc.pairing.problem if doc.pairing is not None and doc.pairing.text is None else None
+        reference = doc.pairing if doc.pairing is not None and doc.pairing.text is not None else None
         return Snapshot(uri, doc.analysed if doc.anatomy is not None else doc.version, anatomy, missing, doc.report,
-                        doc.report is not None and doc.report_text == anatomy.text)
+                        doc.report is not None and doc.report_text == anatomy.text, reference)
 
     def offers(self, uri: str, offset: int | None) -> list[actions.Offer]:
         """The code actions for the cursor at `offset` of the file (None: anywhere)."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from lsprotocol import types
 
 from dice_lsp import convert
 from dice_lsp.anatomy import Finding, LineIndex, Span, parse
-from dice_lsp.harness.report import KernelShare, Report, Timing, Trial
+from dice_lsp.harness import findings as run_time
+from dice_lsp.harness.report import Diagnostic, KernelShare, Report, Timing, Trial
 
 HARNESS_FILES = Path(__file__).parent.parent / "harness" / "files"
 FILES = Path(__file__).parent.parent / "anatomy" / "files"
@@ -115,3 +117,82 @@ def test_failed_reports_are_errors_with_the_worst_element():
     # An emoji is two UTF-16 code units: the character after it starts at column 2.
     assert convert.lsp_range(LineIndex("ab\n😀x"), Span(4, 5), "utf-16") == \
         types.Range(types.Position(1, 2), types.Position(1, 3))
+
+
+def test_related_locations_are_given_only_with_places_and_point_into_the_file_that_holds_them():
+    text = (HARNESS_FILES / "cuda_solution.py").read_text()
+    lines, anatomy, uri = text.splitlines(), parse(text), "file:///work/solution.py"
+    assert all(d.related_information is None for d in convert.anatomy_diagnostics(anatomy, "utf-16"))
+    [unlaunched] = [d for d in convert.anatomy_diagnostics(anatomy, "utf-16", places=convert.Places(uri))
+                    if d.code == "kernel-not-bound"]
+    [place] = unlaunched.related_information
+    assert place.location.uri == uri and place.message == "`add_cuda` is bound but does not launch it"
+    assert lines[place.location.range.start.line].startswith("torch::Tensor add_cuda(")
+    # Model in the linked problem file: its places are in that file, and dropped where that file has no uri
+    problem = ("import torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x, y):\n"
+               "        return x + y\n")
+    solution = parse((FILES / "deceptive_bound_not_called.py").read_text(), problem)
+    places = convert.Places(uri, "file:///work/problem.py", problem)
+    [mismatch] = [d for d in convert.anatomy_diagnostics(solution, "utf-16", places=places)
+                  if d.code == "signature-mismatch" and "forward" in d.message]
+    [place] = mismatch.related_information
+    assert place.location.uri == "file:///work/problem.py" and place.location.range.start.line == 3
+    unsaved = [d for d in convert.anatomy_diagnostics(solution, "utf-16", places=convert.Places(uri))
+               if d.code == "signature-mismatch"]
+    assert unsaved and all(d.related_information is None for d in unsaved)
+
+
+def test_a_compile_error_a_wrong_result_and_run_time_findings_point_at_the_python_that_runs_the_kernel():
+    text = (HARNESS_FILES / "cuda_solution.py").read_text()
+    lines, anatomy, places = text.splitlines(), parse(text), convert.Places("file:///s.py")
+
+    def line_of(place: types.DiagnosticRelatedInformation) -> str:
+        return lines[place.location.range.start.line].strip()
+
+    inside = text.index("out[i] = a[i] + b[i];")
+    error = Diagnostic("error", "identifier \"c\" is undefined", 0, 0, span=Span(inside, inside + 6), file="cuda.cu")
+    outside = Diagnostic("error", "ld returned 1 exit status", 0, 0)
+    compiled = convert.report_diagnostics(anatomy, Report(status="compile-error", diagnostics=(error, outside)),
+                                          "utf-16", places)
+    [placed, unplaced] = [d for d in compiled if d.code == "compile"]
+    [place] = placed.related_information
+    assert line_of(place) == "add_extension = load_inline(" and place.message == \
+        "`cuda_source` is compiled by this load_inline"
+    assert unplaced.related_information is None  # no place in the file: no second place either
+    wrong = Report(status="mismatch", trials=(Trial(seed=1, passed=False, max_abs_error=1.0, where="output[0]"),))
+    [headline] = convert.report_diagnostics(anatomy, wrong, "utf-16", places)
+    assert [(line_of(p), p.message) for p in headline.related_information] == [
+        ("return self.add.add_cuda(a, b)", "forward runs the compiled `add_cuda` here")]
+    # Kernels the profiler never saw launched: each points at its launch in the host code, where it has one
+    report = Report(status="correct", findings=tuple(run_time.from_kernels((), anatomy)))
+    unlaunched = {lines[d.range.start.line].split("(")[0].split()[-1]: d
+                  for d in convert.report_diagnostics(anatomy, report, "utf-16", places)
+                  if d.code == "kernel-not-launched"}
+    add, unused = unlaunched["add_kernel"], unlaunched["unused_kernel"]
+    assert [(line_of(p), p.message) for p in add.related_information] == [
+        (next(line.strip() for line in lines if line.strip().startswith("add_kernel<<<")),
+         "launched here, but this launch did not run during forward")]
+    assert unused.related_information is None
+    # PyTorch did the work: the fallback points at the file's own kernels it did it in place of
+    row = SimpleNamespace
+    solution = row(kernels=[row(name="vectorized_elementwise", own=False, share=0.97, time_us=97.0),
+                            row(name="add_kernel", own=True, share=0.03, time_us=3.0)], lines=[])
+    reference = row(kernels=[row(name="vectorized_elementwise", own=False, share=1.0, time_us=95.0)])
+    [fallback] = run_time.from_work(solution, reference, anatomy, text, anatomy.model_new.forward, cuda=True)
+    [diagnostic] = [d for d in convert.report_diagnostics(anatomy, Report(status="correct", findings=(fallback,)),
+                                                          "utf-16", places) if d.code == "torch-fallback"]
+    assert [p.message for p in diagnostic.related_information] == [
+        "kernel `add_kernel`: PyTorch's kernels did the work in its place",
+        "kernel `unused_kernel`: PyTorch's kernels did the work in its place"]
+
+
+def test_a_pulled_report_is_named_by_its_content_and_unchanged_when_the_client_holds_it():
+    anatomy = parse((FILES / "deceptive_never_bound.py").read_text())
+    diagnostics = convert.anatomy_diagnostics(anatomy, "utf-16")
+    full = convert.diagnostic_report(diagnostics, None)
+    assert full.kind == "full" and full.items == diagnostics and full.result_id
+    assert convert.diagnostic_report(convert.anatomy_diagnostics(anatomy, "utf-16"), None).result_id == full.result_id
+    same = convert.diagnostic_report(diagnostics, full.result_id)
+    assert same.kind == "unchanged" and same.result_id == full.result_id
+    moved = convert.diagnostic_report(diagnostics[1:], full.result_id)
+    assert moved.kind == "full" and moved.result_id != full.result_id and moved.items == diagnostics[1:]
