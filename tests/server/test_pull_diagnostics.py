@@ -156,3 +156,19 @@ async def test_related_locations_go_to_a_client_that_shows_them_and_to_no_other(
     diagnostics = await pushed(client, plain)
     assert [d.code for d in diagnostics if d.code == "exception-fallback"] == ["exception-fallback"] * 2
     assert all(d.related_information is None for d in diagnostics)
+
+
+@pytest.mark.asyncio
+async def test_a_related_location_in_the_linked_problem_points_into_that_file(pushed_with_related, tmp_path):
+    problem = tmp_path / "problem.py"
+    problem.write_text("import torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, scale):\n"
+                       "        super().__init__()\n\n    def forward(self, x, y):\n        return x + y\n")
+    solution = "# dice: reference = problem.py\n" + (FILES / "deceptive_bound_not_called.py").read_text()
+    uri = open_file(pushed_with_related, tmp_path / "solution.py", solution)
+    diagnostics = await pushed(pushed_with_related, uri)
+    mismatches = {d.message.split(" takes")[0]: d for d in diagnostics if d.code == "signature-mismatch"}
+    lines = problem.read_text().splitlines()
+    for method, message in (("forward", "Model's forward"), ("__init__", "Model's __init__")):
+        [place] = mismatches[method].related_information
+        assert place.location.uri == problem.as_uri() and place.message == message
+        assert lines[place.location.range.start.line].strip().startswith(f"def {method}(self, ")
