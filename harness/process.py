@@ -98,6 +98,52 @@ def _user_processes(uid: int) -> int:
     return count
 
 
+def worker_user(options: Options, found: sandbox.Status, gpu: bool) -> int:
+    """The unprivileged uid a sandboxed worker runs as; 0 where it runs as the caller."""
+    if not (found.available and found.user and options.unprivileged):
+        return 0
+    return found.user if not gpu or options.unprivileged_gpu and sandbox.gpu_nodes_open_to_all() else 0
+
+
+_lent_lock = threading.Lock()
+_lent: collections.Counter[str] = collections.Counter()  # folders lent now, by how many builds
+
+
+@contextlib.contextmanager
+def lent(folders: list[str], user: int):
+    """`folders`, with all they hold, owned by `user` while a builder running as it writes them, then the caller's
+    again, so nothing outside a build may write the cache as that user. Overlapping builds share a folder (the
+    shared precompiled header) until the last one ends. Nothing to do when `user` is 0."""
+    if not user:
+        yield
+        return
+    with _lent_lock:
+        for folder in folders:
+            if not _lent[folder]:
+                _chown_tree(folder, user, user)
+            _lent[folder] += 1
+    try:
+        yield
+    finally:
+        with _lent_lock:
+            for folder in folders:
+                _lent[folder] -= 1
+                if not _lent[folder]:
+                    del _lent[folder]
+                    _chown_tree(folder, os.getuid(), os.getgid())
+
+
+def _chown_tree(folder: str, uid: int, gid: int) -> None:
+    """Every file and folder under `folder`, and itself, to uid:gid; links are changed themselves, never followed."""
+    os.chown(folder, uid, gid, follow_symlinks=False)
+    for top, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            try:
+                os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+
+
 def _why_root(options: Options, found: sandbox.Status, gpu: bool) -> str:
     """Why a root caller's sandboxed worker stays root (`sandbox` says what that leaves open)."""
     if not options.unprivileged:
@@ -233,11 +279,10 @@ class Worker:
         gpu = uses_gpu(options) and self.role != "builder"
         # A reference worker opens the solution's outputs by CUDA IPC, which tells processes apart by their PIDs
         # inside their namespaces: the solution's worker is PID 1 in its sandbox, so this one must not be
-        # A root caller's candidates run as an unprivileged user (`sandbox` says why); a builder runs none, and
-        # writes the cache as its owner
-        user = found.user if options.unprivileged and self.role != "builder" and \
-            (not gpu or options.unprivileged_gpu and sandbox.gpu_nodes_open_to_all()) else 0
-        if os.geteuid() == 0 and not user and self.role != "builder":
+        # A root caller's candidates run as an unprivileged user (`sandbox` says why), and so do builders: the
+        # compiler echoes the lines it cannot parse, and a source may include any file root may read
+        user = worker_user(options, found, gpu)
+        if os.geteuid() == 0 and not user:
             self.root_reason = _why_root(options, found, gpu)
         return sandbox.Room(scratch_mb=options.scratch_limit_mb, readable=tuple(readable), writable=writable,
                             gpu=gpu, pid1=not (gpu and self.role == "reference"), user=user)
@@ -442,17 +487,18 @@ def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel:
     if call.plain_flags:
         (root / "pch").mkdir(exist_ok=True)
         writable.append(str(root / "pch"))
-    builder = Worker(options, extra_env, warm=False, role="builder", writable=tuple(writable))
-    try:
-        made = builder.call(messages.Compile(call=call, cache_dir=str(root), light_build=options.light_build,
-                                             mode=mode), timeout, cancel)
-    except HarnessError as error:
-        if error.kind == "cancelled":
-            raise
-        return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
-                         output=f"the build of {call.name!r} failed: {error}\n{error.log or ''}")
-    finally:
-        builder.close(wait=True)
+    with lent(writable, worker_user(options, sandbox_status(options), gpu=False)):
+        builder = Worker(options, extra_env, warm=False, role="builder", writable=tuple(writable))
+        try:
+            made = builder.call(messages.Compile(call=call, cache_dir=str(root), light_build=options.light_build,
+                                                 mode=mode), timeout, cancel)
+        except HarnessError as error:
+            if error.kind == "cancelled":
+                raise
+            return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
+                             output=f"the build of {call.name!r} failed: {error}\n{error.log or ''}")
+        finally:
+            builder.close(wait=True)  # ended before its folders are taken back
     if isinstance(made, messages.Failed):
         return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
                          output=f"{made.error}\n{made.traceback}")

@@ -412,7 +412,9 @@ def _runtime_paths() -> tuple[str, ...]:
     found = set()
     for path in wanted:
         real = os.path.realpath(path)
-        if os.path.exists(real) and _inside(real, hidden):
+        # Strictly inside: a script run from /tmp or the home folder puts that folder itself on sys.path, and
+        # binding it would show the sandbox the whole folder the tmpfs hides (other checks' folders, ~/.ssh)
+        if os.path.exists(real) and _inside(real, hidden) and real not in hidden:
             found.add(real)
     # A path inside another path we bind comes along with it.
     return tuple(sorted(p for p in found if not any(p != q and p.startswith(q + os.sep) for q in found)))

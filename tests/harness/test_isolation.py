@@ -113,13 +113,18 @@ if written:
     assert check(files.text("add_reference.py"), honest, sandboxed).status == "correct"
 
 
-def test_cannot_touch_the_users_files_or_read_secrets(files, sandboxed, outside, tmp_path, monkeypatch):
+def test_cannot_touch_the_users_files_or_read_secrets(files, sandboxed, outside, tmp_path, monkeypatch,
+                                                       request):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     secret = f"secret-{uuid.uuid4().hex}"
     (home / ".ssh" / "id_test").write_text(secret)
     (home / ".bashrc").write_text("# the user's shell\n")
     monkeypatch.setenv("HOME", str(home))
+    # A caller run from its home folder has that folder itself on sys.path (its runtime paths must not undo the hiding)
+    monkeypatch.syspath_prepend(str(home))
+    sandbox._runtime_paths.cache_clear()
+    request.addfinalizer(sandbox._runtime_paths.cache_clear)
     (outside / "problem.py").write_text(files.text("add_reference.py"))
     (outside / "notes.txt").write_text("the user's notes\n")
     before = _tree(outside), _tree(home)
@@ -207,6 +212,43 @@ else:
                    sandboxed)
     assert not escaped(report) and secret not in report.message, report.message
     assert report.status == "correct", (report.status, report.message)
+
+
+@ROOT_CALLER
+def test_a_root_callers_build_reads_no_root_only_file(files, sandboxed, outside):
+    """The compiler echoes the lines it cannot parse: a source that includes a root-only file (a host key) would
+    put its contents into the report's compile errors, were the builder root to the kernel. It is not."""
+    secret = f"secret{uuid.uuid4().hex}"
+    key = outside / "host_key"
+    key.write_text(f"{secret} here;\n")
+    key.chmod(0o600)
+    solution = files.solution("return self.ext.add_values(a, b)").replace(
+        "#include <map>\n", f'#include <map>\n#include "{key}"\n', 1)
+    report = check(files.text("add_reference.py"), solution, sandboxed)
+    assert secret not in report.message and secret not in (report.log or ""), report.message
+    assert report.status == "compile-error" and str(key) in report.message + (report.log or ""), report.message
+
+
+@ROOT_CALLER
+def test_a_builders_folders_are_lent_for_its_build_and_taken_back_after_the_last(tmp_path):
+    """A cache entry (and the shared header's folder) belongs to the unprivileged user only while a build writes
+    it; two overlapping builds share the shared folder until the second ends; a link inside is changed, not
+    followed (the file it points at stays the caller's)."""
+    from dice_lsp.harness import process
+
+    entry, shared, elsewhere = tmp_path / "entry", tmp_path / "pch", tmp_path / "elsewhere.txt"
+    for folder in (entry, shared):
+        (folder / "inner").mkdir(parents=True)
+        (folder / "inner" / "file").write_text("x")
+    elsewhere.write_text("the caller's")
+    (entry / "link").symlink_to(elsewhere)
+    owners = lambda folder: {p.lstat().st_uid for p in [folder, *folder.rglob("*")]}  # noqa: E731
+    user = sandbox.unprivileged_uid()
+    with process.lent([str(entry), str(shared)], user):
+        with process.lent([str(shared)], user):
+            assert owners(entry) == owners(shared) == {user}
+        assert owners(shared) == {user}  # the first build still writes it
+    assert owners(entry) == owners(shared) == {0} and elsewhere.stat().st_uid == 0
 
 
 @ROOT_CALLER
