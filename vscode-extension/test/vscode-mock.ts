@@ -187,6 +187,10 @@ export class TabInputText extends Plain {}
 export class TabInputTextDiff extends Plain {}
 export class TabInputCustom extends Plain {}
 
+function tabInput(uri: Uri): TabInputText {
+    return Object.assign(new TabInputText(uri), { uri });
+}
+
 export interface MockDocument {
     uri: Uri;
     fileName: string;
@@ -277,6 +281,7 @@ const events = {
     open: new EventEmitter<MockDocument>(),
     close: new EventEmitter<MockDocument>(),
     activeEditor: new EventEmitter<{ document: MockDocument } | undefined>(),
+    tabs: new EventEmitter<{ opened: unknown[]; closed: unknown[]; changed: unknown[] }>(),
 };
 
 /** Every `on*` event the tests do not drive: subscribing works, nothing ever fires. */
@@ -352,6 +357,7 @@ export const mock = {
             getText: () => text,
         };
         this.documents.push(document);
+        events.tabs.fire({ opened: [{}], closed: [], changed: [] });
         events.open.fire(document);
         this.activeDocument = document;
         events.activeEditor.fire({ document });
@@ -413,7 +419,14 @@ export const window = quietEvents({
     get visibleTextEditors(): { document: MockDocument }[] {
         return mock.activeDocument ? [{ document: mock.activeDocument }] : [];
     },
-    tabGroups: { all: [], onDidChangeTabs: new EventEmitter().event },
+    // One tab for each open document, as VS Code opens an editor for it: a client that pulls diagnostics pulls them
+    // only for documents shown in a tab
+    tabGroups: {
+        get all() {
+            return [{ tabs: mock.documents.filter((d) => !d.isClosed).map((d) => ({ input: tabInput(d.uri) })) }];
+        },
+        onDidChangeTabs: events.tabs.event,
+    },
     onDidChangeActiveTextEditor: events.activeEditor.event,
     showErrorMessage: message("error"),
     showWarningMessage: message("warning"),
