@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from dice_lsp.anatomy.types import Finding, Severity, Span
+from dice_lsp.anatomy.types import Finding, Related, Severity, Span
 
 # The outcome of the whole check, best to worst is not an order: each names what stopped the pipeline.
 Status = Literal[
@@ -192,7 +192,10 @@ def _diagnostic(raw: dict[str, Any]) -> Diagnostic:
 
 
 def _finding(raw: dict[str, Any]) -> Finding:
-    return Finding(raw["code"], raw["message"], _span(raw["span"]) or Span(0, 0), raw.get("severity", "warning"))
+    related = tuple(Related(_span(r["span"]) or Span(0, 0), r["message"], bool(r.get("in_reference")))
+                    for r in raw.get("related", ()))
+    return Finding(raw["code"], raw["message"], _span(raw["span"]) or Span(0, 0), raw.get("severity", "warning"),
+                   related=related)
 
 
 __all__ = ["Diagnostic", "KernelShare", "Report", "Stage", "Status", "Timing", "Trial"]

@@ -1,6 +1,6 @@
 """The Report survives JSON (it crosses processes and is stored by eval) and summarises itself in one line."""
 
-from dice_lsp.anatomy.types import Finding, Span
+from dice_lsp.anatomy.types import Finding, Related, Span
 from dice_lsp.harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
 
 
@@ -9,7 +9,9 @@ def full_report() -> Report:
         status="correct", message="", stages=(Stage("build", "ok", 1.5), Stage("verify", "ok", 0.2)),
         diagnostics=(Diagnostic("warning", "unused variable", 12, 4, Span(300, 305), "cuda.cu"),),
         trials=(Trial(43, True, 1e-6, 2e-6, "output[0, 1]", 1e-7), Trial(10042, True, changed_inputs=True)),
-        findings=(Finding("precision", "tf32", Span(1, 2), "information"),),
+        findings=(Finding("precision", "tf32", Span(1, 2), "information"),
+                  Finding("kernel-not-launched", "never ran", Span(3, 4), "warning",
+                          related=(Related(Span(5, 9), "launched here"), Related(Span(0, 2), "Model", True)))),
         static_findings=(Finding("thread", "imports threading", Span(0, 5)),),
         kernels=(KernelShare("add_kernel", 0.9, 12.0, 1), KernelShare("elementwise", 0.1, 1.0, 1, own=False)),
         timings={"solution": Timing(0.5, 0.01, 0.49, 0.6, 100, 0.52), "eager": Timing(1.0, 0.02, 0.9, 1.1, 100)},
