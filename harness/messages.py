@@ -368,6 +368,7 @@ class Time(Command):
     fresh: bool = False
     watch: bool = False
     keep: int = 0
+    mirror: bool = False  # eager's side doing the solution's watching and keeping, to be compared with it; kept nothing
     threads: int = 0
 
 

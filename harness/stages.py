@@ -379,6 +379,8 @@ def time(side: Side, command: Time) -> Timed:
     found: dict[str, Any] = {}
     if keeper is not None:
         kept = [(TimedCall(command.round, call, *described), outputs) for call, described, outputs in keeper.kept]
+        if command.mirror:  # the same work done, nothing held
+            kept = []
         side.kept += kept
         threads = _described(runtime.started_since(side.census or {}), "while timed")
         if keeper.peak > keeper.threads and not threads:
