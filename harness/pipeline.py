@@ -161,10 +161,14 @@ class _Check:
                 "could reach your files and the reference's worker; set dice.sandbox to \"require\" to refuse such "
                 "checks", self.forward_span(), "warning"))
         elif solution.root_reason:
+            # A warning where it was turned off or could not start; information for GPU workers, which stay root
+            # by default until that is known to work on a GPU machine (README, Isolation)
+            default = solution.root_reason.startswith("unprivileged_gpu = False")
             self.findings.append(Finding(
                 "unsandboxed", f"this check's sandbox left the solution's code root to the kernel "
                 f"({solution.root_reason}): it could read root-only files and start processes without a count; run "
-                "the check as another user, or see the README's Isolation section", self.forward_span(), "warning"))
+                "the check as another user, or see the README's Isolation section", self.forward_span(),
+                "information" if default else "warning"))
         if self.cancel.is_set():
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()
