@@ -60,6 +60,11 @@ def _environment(options: Options, extra: dict[str, str], warm: bool, role: str)
               "memory_gb": memory_limit_gb(options), "cuda": gpu, "role": role,
               "warm_device": options.device if warm and gpu else ""}
     env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # only the reference's worker keeps compiled code
+        env.pop(name, None)
+    if role == "reference":
+        env["TORCHINDUCTOR_CACHE_DIR"] = options.compiled_dir
+        env["TRITON_CACHE_DIR"] = os.path.join(options.compiled_dir, "triton")
     if "PYTHONPYCACHEPREFIX" not in env and not _torch_writable():
         # torch installed read-only (a system or container install without bytecode): every worker would compile
         # the ~900 modules it imports from source again, seconds each time; keep their bytecode in our cache.
@@ -222,7 +227,7 @@ class Worker:
             else None
         applied = self.cgroup.applied if self.cgroup else []
         room = self._room(options, env, writable, found) if self.sandboxed else None
-        self.user = room.user if room else 0
+        self.room, self.user = room, room.user if room else 0
         if options.process_limit and not any(a.startswith("pids") for a in applied) and \
                 (os.getuid() != 0 or self.user):
             # RLIMIT_NPROC counts every process of the user: room for this many more than run now (root's count is
@@ -230,28 +235,37 @@ class Worker:
             limits = json.loads(env["DICE_HARNESS_LIMITS"])
             limits["processes"] = _user_processes(self.user or os.getuid()) + options.process_limit
             env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
-        with open(self.log_path, "wb") as log:
-            if room is not None:
-                if self.user:  # it reads (a reference: writes) its folder as that user
-                    os.chown(self.directory, self.user, self.user)
-                    env[sandbox.USER_VARIABLE] = str(self.user)
-                # bwrap --die-with-parent ties the sandbox to the *thread* that starts it (PR_SET_PDEATHSIG):
-                # started from a check's thread, it would be killed when that check ends. One thread that
-                # lives as long as this process starts them all.
-                self.process, self.child_pid = sandbox.spawn(
-                    nice + argv, room, found.tool, sandbox.scrub(env),
-                    start=lambda *a, **k: _SPAWNER.submit(*a, **k).result(),
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
-                    cwd=self.directory, env=sandbox.scrub(env), start_new_session=True)
-                if self.child_pid and not room.pid1:  # bwrap's init is PID 1 there: the worker is its one child
-                    self.child_pid = _only_child(self.child_pid)
-                found = _stat(self.child_pid) if self.child_pid else []
-                self.child_started = found[19] if len(found) > 19 else ""
-            else:
-                env["TMPDIR"] = self.directory
-                self.process = subprocess.Popen(
-                    nice + argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
-                    cwd=self.directory, env=env, start_new_session=True)
+        # The reference's compile caches, lent to its user while it lives (`lent`; given back at `_reap`)
+        self._lent = contextlib.ExitStack()
+        os.makedirs(options.compiled_dir, exist_ok=True)
+        if role == "reference":
+            self._lent.enter_context(lent([options.compiled_dir], self.user))
+        try:
+            with open(self.log_path, "wb") as log:
+                if room is not None:
+                    if self.user:  # it reads (a reference: writes) its folder as that user
+                        os.chown(self.directory, self.user, self.user)
+                        env[sandbox.USER_VARIABLE] = str(self.user)
+                    # bwrap --die-with-parent ties the sandbox to the *thread* that starts it (PR_SET_PDEATHSIG):
+                    # started from a check's thread, it would be killed when that check ends. One thread that
+                    # lives as long as this process starts them all.
+                    self.process, self.child_pid = sandbox.spawn(
+                        nice + argv, room, found.tool, sandbox.scrub(env),
+                        start=lambda *a, **k: _SPAWNER.submit(*a, **k).result(),
+                        stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
+                        cwd=self.directory, env=sandbox.scrub(env), start_new_session=True)
+                    if self.child_pid and not room.pid1:  # bwrap's init is PID 1 there: the worker is its one child
+                        self.child_pid = _only_child(self.child_pid)
+                    found = _stat(self.child_pid) if self.child_pid else []
+                    self.child_started = found[19] if len(found) > 19 else ""
+                else:
+                    env["TMPDIR"] = self.directory
+                    self.process = subprocess.Popen(
+                        nice + argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
+                        cwd=self.directory, env=env, start_new_session=True)
+        except BaseException:  # no worker: its folders go back now
+            self._lent.close()
+            raise
         os.close(write)
         self.reply = read
         self.buffer = b""
@@ -272,10 +286,12 @@ class Worker:
             readable.append(env["PYTHONPYCACHEPREFIX"])
         if env.get("CUDA_HOME") and os.path.isdir(env["CUDA_HOME"]):
             readable.append(env["CUDA_HOME"])
+        hidden: tuple[str, ...] = ()
         if self.role == "reference":
-            writable = (*writable, self.directory)
+            writable = (*writable, self.directory, options.compiled_dir)
         else:
             readable.append(self.directory)
+            hidden = (options.compiled_dir,)  # the reference's compiled code (`Options.compiled_dir`)
         gpu = uses_gpu(options) and self.role != "builder"
         # A reference worker opens the solution's outputs by CUDA IPC, which tells processes apart by their PIDs
         # inside their namespaces: the solution's worker is PID 1 in its sandbox, so this one must not be
@@ -285,7 +301,7 @@ class Worker:
         if os.geteuid() == 0 and not user:
             self.root_reason = _why_root(options, found, gpu)
         return sandbox.Room(scratch_mb=options.scratch_limit_mb, readable=tuple(readable), writable=writable,
-                            gpu=gpu, pid1=not (gpu and self.role == "reference"), user=user)
+                            gpu=gpu, pid1=not (gpu and self.role == "reference"), user=user, hidden=hidden)
 
     @property
     def pid(self) -> int:
@@ -457,6 +473,7 @@ class Worker:
 
     def _reap(self) -> None:
         self._wait()
+        self._lent.close()
         shutil.rmtree(self.directory, ignore_errors=True)
         if self.cgroup is not None:
             self.cgroup.close()

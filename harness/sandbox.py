@@ -45,7 +45,7 @@ KEPT_VARIABLES = (
     "NVIDIA_DRIVER_CAPABILITIES", "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
     "PYTHONPATH", "PYTHONPYCACHEPREFIX", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "VIRTUAL_ENV",
-    "TRITON_INTERPRET", "TRITON_CACHE_DIR",
+    "TRITON_INTERPRET", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
 )
 
 
@@ -67,6 +67,7 @@ class Room:
     gpu: bool = False
     pid1: bool = True
     user: int = 0  # the unprivileged uid (and gid) its processes run as, mapped from outside (`map_user`); 0: none
+    hidden: tuple[str, ...] = ()  # host folders shown empty (and read-only), beyond the usual ones
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,9 @@ def _probe_unprivileged(tool: str) -> tuple[int, str]:
     code = ("import threading, dice_lsp.harness.sandbox as s; s.become_from_environment(); "
             "t = threading.Thread(target=int); t.start(); t.join(); import dice_lsp.harness.worker")
     try:
-        process, _pid = spawn([sys.executable, "-c", code], room, tool, scrub(dict(os.environ)) | {USER_VARIABLE: str(uid)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        inside = scrub(dict(os.environ)) | {USER_VARIABLE: str(uid)}
+        process, _pid = spawn([sys.executable, "-c", code], room, tool, inside, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
         try:
             said, _ = process.communicate(timeout=60)
         except subprocess.TimeoutExpired:
@@ -173,7 +175,10 @@ def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = No
     if room.gpu:
         for node in gpu_nodes():
             args += ["--dev-bind", node, node]
-    for folder in _hidden():  # empty and read-only: only the scratch tmpfs, with its size cap, takes writes
+    extra = [os.path.realpath(f) for f in room.hidden if os.path.isdir(f) and not _inside(os.path.realpath(f), hidden)]
+    for folder in extra:
+        args += ["--tmpfs", folder]
+    for folder in [*_hidden(), *extra]:  # empty and read-only: only the scratch tmpfs, with its size cap, takes writes
         args += ["--remount-ro", folder]
     # --as-pid-1: the worker itself is PID 1, so its host PID (bwrap's "child-pid") is the one to stop, continue and
     # watch, and its end ends the namespace. Without it bwrap's init is PID 1 and ends (and the namespace with it)
@@ -210,9 +215,10 @@ def gpu_nodes_open_to_all() -> bool:
 
 def spawn(argv: list[str], room: Room, tool: str, inside: dict[str, str], start: Callable[..., Any] | None = None,
           pass_fds: tuple[int, ...] = (), **popen: Any) -> tuple[subprocess.Popen, int]:
-    """Start `argv` in `room` with `inside` (scrubbed) as its environment: bwrap's process and the host PID of the sandbox's first process (0 when bwrap ended
-    before saying it). `start(Popen, args, **kwargs)` runs the Popen (the worker's one spawning thread). For a room
-    with a user, bwrap waits after making the namespace until the caller has mapped the user (`map_user`)."""
+    """Start `argv` in `room` with `inside` (scrubbed) as its environment: bwrap's process and the host PID of the
+    sandbox's first process (0 when bwrap ended before saying it). `start(Popen, args, **kwargs)` runs the Popen
+    (the worker's one spawning thread). For a room with a user, bwrap waits after making the namespace until the
+    caller has mapped the user (`map_user`)."""
     info_read, info_write = os.pipe()
     ours = [info_write]
     block_read = block_write = seccomp_read = None

@@ -310,6 +310,46 @@ def test_an_unprivileged_worker_imports_from_a_checkout_only_root_may_read(tmp_p
     assert said.split() == ["42", str(found.user)], said
 
 
+def test_the_references_compiled_code_persists_for_it_and_is_hidden_from_the_solution(files, sandboxed, outside):
+    """torch.compile's caches of the reference (19 s to compile the example's reference on this machine, 2.8 s from
+    the cache) are kept from one check to the next, in a folder only the reference's worker is given; a root
+    caller's folder is its own again once that worker ended. A solution's room shows the folder empty even where no
+    hidden folder holds it (a cache_dir in the project), since the code there computes the reference's op."""
+    from dice_lsp.harness import WorkerPool, process
+
+    options = sandboxed.with_(baseline="compile", timing_trials=5)
+    compiled = Path(options.compiled_dir)
+    pool = WorkerPool()
+    try:
+        first = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)"), options,
+                      pool=pool)
+    finally:
+        pool.close()
+    assert first.status == "correct" and first.speedup_compile, (first.summary(), first.message)
+    kept = {p for p in compiled.rglob("*") if p.is_file()}
+    assert kept and all(p.lstat().st_uid == os.getuid() for p in [compiled, *kept])
+
+    elsewhere = options.with_(cache_dir=str(outside / "extensions"))
+    Path(elsewhere.compiled_dir).mkdir(parents=True)
+    (Path(elsewhere.compiled_dir) / "reference_kernel.py").write_text("the reference's op\n")
+    workers = {role: process.Worker(elsewhere, warm=False, role=role) for role in ("solution", "reference")}
+    script = f"import os, sys; sys.stdout.write(repr(os.listdir({elsewhere.compiled_dir!r})))"
+    seen = {}
+    try:
+        rooms = {role: worker.room for role, worker in workers.items()}
+        assert rooms["solution"].hidden == (elsewhere.compiled_dir,) and not rooms["reference"].hidden
+        assert elsewhere.compiled_dir in rooms["reference"].writable
+        for role, room in rooms.items():  # what each worker's room shows of the folder
+            inside = sandbox.scrub(dict(os.environ)) | ({sandbox.USER_VARIABLE: str(room.user)} if room.user else {})
+            bwrap, _pid = sandbox.spawn([sys.executable, "-c", script], room, sandbox.status().tool, inside,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            seen[role] = bwrap.communicate(timeout=300)[0]
+    finally:
+        for worker in workers.values():
+            worker.close()
+    assert seen == {"solution": "[]", "reference": "['reference_kernel.py']"}, seen
+
+
 def test_cannot_make_a_user_namespace(files, sandboxed):
     """A user namespace of its own would give the candidate every capability there (mounts of unbounded tmpfs, the
     kernel's namespaced code paths): refused (bwrap's --disable-userns, or, for a root caller, a seccomp filter)."""
