@@ -16,6 +16,7 @@ namespace also maps an unprivileged user (`UNPRIVILEGED`, nobody), which the wor
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import glob
 import itertools
@@ -23,6 +24,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import stat
 import struct
 import subprocess
@@ -36,7 +38,8 @@ SCRATCH = "/tmp"  # inside the sandbox: its tmpfs, holding HOME and TMPDIR
 HOME = SCRATCH + "/home"
 SHM = "/dev/shm"  # inside: a tmpfs of its own, SHM_MB in size (CUDA IPC and torch's shared memory write there)
 SHM_MB = 64
-USER_VARIABLE = "DICE_HARNESS_SANDBOX_USER"  # the uid (and gid) a worker becomes first thing (`become`)
+USER_VARIABLE = "DICE_HARNESS_SANDBOX_USER"
+_PR_SET_PDEATHSIG = 1  # the uid (and gid) a worker becomes first thing (`become`)
 
 # The variables a worker keeps; everything else (tokens, SSH agent sockets, proxies, the editor's own) is dropped.
 KEPT_VARIABLES = (
@@ -175,7 +178,8 @@ def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = No
     if room.gpu:
         for node in gpu_nodes():
             args += ["--dev-bind", node, node]
-    extra = [os.path.realpath(f) for f in room.hidden if os.path.isdir(f) and not _inside(os.path.realpath(f), hidden)]
+    # Even inside a hidden folder: a runtime path bound there (a checkout under /tmp) may show it again
+    extra = [os.path.realpath(f) for f in room.hidden if os.path.isdir(f)]
     for folder in extra:
         args += ["--tmpfs", folder]
     for folder in [*_hidden(), *extra]:  # empty and read-only: only the scratch tmpfs, with its size cap, takes writes
@@ -288,6 +292,10 @@ def become(uid: int) -> None:
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
+    # A change of credentials clears the parent-death signal bwrap's --die-with-parent set: set it again, or a
+    # worker whose bwrap was killed (a stopped command's reaper kills its children) would outlive it
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise SystemExit(f"the sandbox's worker could not ask to end with its parent (errno {ctypes.get_errno()})")
     with open("/proc/self/status") as status:
         fields = dict(line.split(":", 1) for line in status if ":" in line)
     held = [name for name in ("CapPrm", "CapEff", "CapAmb") if int(fields[name], 16)]

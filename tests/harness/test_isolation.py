@@ -350,6 +350,27 @@ def test_the_references_compiled_code_persists_for_it_and_is_hidden_from_the_sol
     assert seen == {"solution": "[]", "reference": "['reference_kernel.py']"}, seen
 
 
+@ROOT_CALLER
+def test_an_unprivileged_worker_ends_with_its_bwrap(sandboxed):
+    """Dropping to nobody clears the parent-death signal bwrap's --die-with-parent set; the worker sets it again, so
+    killing bwrap (what a stopped command's reaper does to its children) ends the sandbox and what runs in it (an
+    eval stopped during its builds left ninja and cc1plus running without it)."""
+    from dice_lsp.harness import process
+
+    found = sandbox.status()
+    code = ("import sys, dice_lsp.harness.sandbox as s; s.become_from_environment(); print('ready', flush=True); "
+            "sys.stdin.read()")
+    inside = sandbox.scrub(dict(os.environ)) | {sandbox.USER_VARIABLE: str(found.user)}
+    bwrap, pid = sandbox.spawn([sys.executable, "-c", code], sandbox.Room(scratch_mb=8, user=found.user), found.tool,
+                               inside, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert bwrap.stdout.readline().strip() == "ready"
+    started = process._stat(pid)[19]
+    bwrap.kill()
+    bwrap.wait()
+    while process._running(pid, started):  # an hour, were it left (past pytest's timeout)
+        time.sleep(0.01)
+
+
 def test_cannot_make_a_user_namespace(files, sandboxed):
     """A user namespace of its own would give the candidate every capability there (mounts of unbounded tmpfs, the
     kernel's namespaced code paths): refused (bwrap's --disable-userns, or, for a root caller, a seccomp filter)."""
