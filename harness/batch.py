@@ -100,13 +100,11 @@ def prepare(options: Options) -> str:
     for name in ("pch", "prepare"):
         (root / name).mkdir(parents=True, exist_ok=True)
     # A builder: it writes the shared header and runs no code of any candidate's
-    writable = [str(root / "pch"), str(root / "prepare")]
-    with process.lent(writable, process.worker_user(options, process.sandbox_status(options), gpu=False)):
-        worker = process.Worker(options, warm=False, role="builder", writable=tuple(writable))
-        try:
-            answer = worker.call(Prepare(cache_dir=options.extensions_dir), options.build_timeout)
-        finally:
-            worker.close()  # waits for its end: its folders are taken back after
+    worker = process.Worker(options, warm=False, role="builder", writable=(str(root / "pch"), str(root / "prepare")))
+    try:
+        answer = worker.call(Prepare(cache_dir=options.extensions_dir), options.build_timeout)
+    finally:
+        worker.close()  # waits for its end, then gives back the folders it was lent
     if isinstance(answer, Failed):
         raise HarnessError(f"could not build the precompiled torch header: {answer.error}", "setup")
     return answer.header

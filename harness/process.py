@@ -116,8 +116,8 @@ _lent: collections.Counter[str] = collections.Counter()  # folders lent now, by 
 
 @contextlib.contextmanager
 def lent(folders: list[str], user: int):
-    """`folders`, with all they hold, owned by `user` while a builder running as it writes them, then the caller's
-    again, so nothing outside a build may write the cache as that user. Overlapping builds share a folder (the
+    """`folders`, with all they hold, owned by `user` while a worker running as it writes them, then the caller's
+    again, so nothing outside a worker's life may write them as that user. Overlapping builds share a folder (the
     shared precompiled header) until the last one ends. Nothing to do when `user` is 0."""
     if not user:
         yield
@@ -235,11 +235,12 @@ class Worker:
             limits = json.loads(env["DICE_HARNESS_LIMITS"])
             limits["processes"] = _user_processes(self.user or os.getuid()) + options.process_limit
             env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
-        # The reference's compile caches, lent to its user while it lives (`lent`; given back at `_reap`)
+        # The folders it writes besides its own (a builder's cache entry and the shared header's folder, the
+        # reference's compile caches), lent to its user while it lives (`lent`; given back at `_reap`)
         self._lent = contextlib.ExitStack()
         os.makedirs(options.compiled_dir, exist_ok=True)
-        if role == "reference":
-            self._lent.enter_context(lent([options.compiled_dir], self.user))
+        if room is not None and self.user:
+            self._lent.enter_context(lent([w for w in room.writable if w != self.directory], self.user))
         try:
             with open(self.log_path, "wb") as log:
                 if room is not None:
@@ -504,18 +505,17 @@ def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel:
     if call.plain_flags:
         (root / "pch").mkdir(exist_ok=True)
         writable.append(str(root / "pch"))
-    with lent(writable, worker_user(options, sandbox_status(options), gpu=False)):
-        builder = Worker(options, extra_env, warm=False, role="builder", writable=tuple(writable))
-        try:
-            made = builder.call(messages.Compile(call=call, cache_dir=str(root), light_build=options.light_build,
-                                                 mode=mode), timeout, cancel)
-        except HarnessError as error:
-            if error.kind == "cancelled":
-                raise
-            return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
-                             output=f"the build of {call.name!r} failed: {error}\n{error.log or ''}")
-        finally:
-            builder.close(wait=True)  # ended before its folders are taken back
+    builder = Worker(options, extra_env, warm=False, role="builder", writable=tuple(writable))
+    try:
+        made = builder.call(messages.Compile(call=call, cache_dir=str(root), light_build=options.light_build,
+                                             mode=mode), timeout, cancel)
+    except HarnessError as error:
+        if error.kind == "cancelled":
+            raise
+        return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
+                         output=f"the build of {call.name!r} failed: {error}\n{error.log or ''}")
+    finally:
+        builder.close(wait=True)  # ended, and its folders taken back
     if isinstance(made, messages.Failed):
         return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
                          output=f"{made.error}\n{made.traceback}")

@@ -9,7 +9,7 @@ started), no capabilities, only the GPU's device nodes, a scrubbed environment. 
 A caller running as root does not leave its candidates root: inside bwrap's user namespace they would still be uid 0
 to the kernel, which reads every root-only file the read-only system holds (host keys, /etc/shadow) and ignores
 RLIMIT_NPROC (no process count at all where no pids cgroup can be made, as on the H200 machine). So such a sandbox's
-namespace also maps an unprivileged user (`UNPRIVILEGED`, nobody), which the worker becomes before it reads a command
+namespace also maps an unprivileged user (`unprivileged_uid`, nobody), which the worker becomes before it reads a command
 (`become`); a seccomp filter (`seccomp_program`) keeps it from making user namespaces of its own, since bwrap's
 --disable-userns cannot be combined with the mapping written from outside.
 """
@@ -38,8 +38,8 @@ SCRATCH = "/tmp"  # inside the sandbox: its tmpfs, holding HOME and TMPDIR
 HOME = SCRATCH + "/home"
 SHM = "/dev/shm"  # inside: a tmpfs of its own, SHM_MB in size (CUDA IPC and torch's shared memory write there)
 SHM_MB = 64
-USER_VARIABLE = "DICE_HARNESS_SANDBOX_USER"
-_PR_SET_PDEATHSIG = 1  # the uid (and gid) a worker becomes first thing (`become`)
+USER_VARIABLE = "DICE_HARNESS_SANDBOX_USER"  # the uid (and gid) a worker becomes first thing (`become`)
+_PR_SET_PDEATHSIG = 1
 
 # The variables a worker keeps; everything else (tokens, SSH agent sockets, proxies, the editor's own) is dropped.
 KEPT_VARIABLES = (
