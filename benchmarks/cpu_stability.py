@@ -29,6 +29,29 @@ def fixture() -> tuple[str, str]:
     return (FILES / "add_reference.py").read_text(), solution
 
 
+def bare_add_ms(seconds: float = 0.5) -> float:
+    """The reference's op alone, in this process, on the same buffers each time: the median CPU time of `a + b`
+    (one thread) over `seconds`. Nothing about it changes between calls of this function, so its spread over a run
+    is the machine's own: how much the memory system beside the checks moved (other jobs, other tenants)."""
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    times = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        started = time.thread_time()
+        a + b
+        times.append(time.thread_time() - started)
+    return statistics.median(times) * 1e3
+
+
+def spread(values: list[float]) -> float:
+    """The largest deviation from the median, as a fraction of it."""
+    mid = statistics.median(values)
+    return max(abs(v / mid - 1) for v in values)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--checks", type=int, default=5)
@@ -52,28 +75,32 @@ def main() -> None:
             report = harness.check(reference, solution, options)
             seconds = time.perf_counter() - started
             rounds = {k: "/".join(f"{m:.3f}" for m in t.round_medians_ms) for k, t in report.timings.items()}
-            rows.append((report.speedup_eager, seconds, report.summary(), rounds))
+            bare = bare_add_ms()
+            rows.append((report.speedup_eager, seconds, report.summary(), rounds, bare))
             errors = [f.message for f in report.findings if f.severity == "error"]
-            print(f"#{i + 1}: {seconds:.1f} s, {report.summary()}; rounds {rounds}{'; ' if errors else ''}"
+            print(f"#{i + 1}: {seconds:.1f} s, {report.summary()}; rounds {rounds}; bare a + b {bare:.3f} ms"
+                  f"{'; ' if errors else ''}"
                   f"{' | '.join(errors)}", flush=True)
     finally:
         for process in busy:
             process.kill()
             process.wait()
     speedups = [r[0] for r in rows if r[0]]
+    bare = [r[4] for r in rows]
     mid = statistics.median(speedups) if speedups else float("nan")
-    spread = max(abs(s / mid - 1) for s in speedups) if speedups else float("nan")
-    line = (f"speedup over {len(speedups)} checks: {mid:.4f}x median, max deviation {spread:.1%} "
-            f"({', '.join(f'{s:.4f}' for s in speedups)})")
+    line = (f"speedup over {len(speedups)} checks: {mid:.4f}x median, max deviation "
+            f"{spread(speedups) if speedups else float('nan'):.1%} ({', '.join(f'{s:.4f}' for s in speedups)}); "
+            f"the bare `a + b` after each check (the machine's own drift): max deviation {spread(bare):.1%} "
+            f"({', '.join(f'{b:.3f}' for b in bare)} ms)")
     print(line)
     record(args, rows, line)
 
 
 def record(args, rows, line: str) -> None:
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    table = ["| check | time | result | round medians (ms) |", "| --- | --- | --- | --- |"]
-    table += [f"| #{i + 1} | {seconds:.1f} s | {summary} | {rounds} |"
-              for i, (_s, seconds, summary, rounds) in enumerate(rows)]
+    table = ["| check | time | result | round medians (ms) | bare a + b (ms) |", "| --- | --- | --- | --- | --- |"]
+    table += [f"| #{i + 1} | {seconds:.1f} s | {summary} | {rounds} | {bare:.3f} |"
+              for i, (_s, seconds, summary, rounds, bare) in enumerate(rows)]
     with open(args.results, "a") as out:
         out.write(f"\n## CPU timing stability{' (' + args.label + ')' if args.label else ''}, {stamp}, "
                   f"{platform.node()} ({os.cpu_count()} cores), {args.busy} busy processes beside\n\n"
