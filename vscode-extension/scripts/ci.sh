@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The VS Code extension's CI: install from the lockfile, type-check, lint, test (unit tests on a vscode stand-in and
-# the bundled extension against the real `python3 -m dice_lsp` of this checkout), bundle, package the .vsix.
-# Needs node >= 20 with npm, and this repository's Python package installed (`pip install -e .`).
+# The VS Code extension's CI: install from the lockfile, type-check, lint, test (unit tests on a vscode stand-in, the
+# bundled extension against the real `python3 -m dice_lsp` of this checkout and of its wheel, real pip into venvs),
+# bundle, package the .vsix with dice-lsp's wheel (scripts/wheel.sh, built before the tests and reused if unchanged).
+# Needs node >= 20 with npm, git, and this repository's Python package installed (`pip install -e .`) in a python3
+# with pip, setuptools and wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

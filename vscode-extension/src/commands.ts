@@ -4,24 +4,27 @@
  */
 
 import * as vscode from "vscode";
+import { MessageType } from "vscode-languageclient/node";
+import { ServerMessages } from "./notifications";
 
-/** Client command id → the server command it runs with `[uri]`. */
-export const SERVER_COMMANDS: Readonly<Record<string, string>> = {
-    "dice.generate": "dice.server.generate",
-    "dice.infill": "dice.server.infill",
-    "dice.benchmark": "dice.server.benchmark",
+/** Client command id → the server command it runs with `[uri]`, and its title (package.json's). */
+export const SERVER_COMMANDS: Readonly<Record<string, { server: string; title: string }>> = {
+    "dice.generate": { server: "dice.server.generate", title: "Generate CUDA kernel" },
+    "dice.infill": { server: "dice.server.infill", title: "Infill kernel core" },
+    "dice.benchmark": { server: "dice.server.benchmark", title: "Benchmark now" },
 };
 
 /** What the commands need from the rest of the extension. */
 export interface CommandTarget {
     readonly running: boolean;
+    readonly messages: ServerMessages;
     refresh(reason: string, force: boolean): Promise<void>;
     showLogs(): void;
 }
 
 export function registerCommands(target: CommandTarget): vscode.Disposable[] {
-    const disposables = Object.entries(SERVER_COMMANDS).map(([id, serverId]) =>
-        vscode.commands.registerCommand(id, () => runOnActiveDocument(target, serverId)),
+    const disposables = Object.entries(SERVER_COMMANDS).map(([id, command]) =>
+        vscode.commands.registerCommand(id, () => runOnActiveDocument(target, command.server, command.title)),
     );
     disposables.push(
         vscode.commands.registerCommand("dice.restart", () => target.refresh("restart command", true)),
@@ -30,7 +33,7 @@ export function registerCommands(target: CommandTarget): vscode.Disposable[] {
     return disposables;
 }
 
-async function runOnActiveDocument(target: CommandTarget, serverId: string): Promise<unknown> {
+async function runOnActiveDocument(target: CommandTarget, serverId: string, title: string): Promise<unknown> {
     const document = vscode.window.activeTextEditor?.document;
     if (document === undefined || document.languageId !== "python") {
         void vscode.window.showWarningMessage("DICE: open the Python file of a PyTorch module first.");
@@ -45,12 +48,37 @@ async function runOnActiveDocument(target: CommandTarget, serverId: string): Pro
         }
         return undefined;
     }
+    const mark = target.messages.mark();
+    let answer: unknown;
     try {
         // The uri goes as a string: command arguments are sent as JSON and the server takes [uri].
-        return await vscode.commands.executeCommand(serverId, document.uri.toString());
+        answer = await vscode.commands.executeCommand(serverId, document.uri.toString());
     } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
         void vscode.window.showErrorMessage(`DICE: ${message}`);
         return undefined;
     }
+    // The server shows most refusals itself (window/showMessage, just before it answers), some only the first time
+    // (session.py's show_once): a message from it while the command ran means it has spoken.
+    const refusal = refused(answer);
+    if (refusal !== undefined && !target.messages.heardSince(mark)) {
+        target.messages.notify(MessageType.Warning, `DICE: ${title}: ${refusal}`);
+    }
+    return answer;
+}
+
+/**
+ * Why the server's answer says the command did not start or did nothing: `{started: false, message}` (Benchmark) or
+ * `{ok: false, message}` (Generate, Infill). Undefined for one that went ahead, and for what the user did
+ * themselves: a cancel ("cancelled"), an edit declined in its preview (no reason given).
+ */
+export function refused(answer: unknown): string | undefined {
+    if (typeof answer !== "object" || answer === null) {
+        return undefined;
+    }
+    const { ok, started, message } = answer as { ok?: unknown; started?: unknown; message?: unknown };
+    if (ok !== false && started !== false) {
+        return undefined;
+    }
+    return typeof message === "string" && message !== "" && message !== "cancelled" ? message : undefined;
 }

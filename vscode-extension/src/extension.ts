@@ -17,7 +17,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     const log = vscode.window.createOutputChannel("DICE", { log: true });
     const status = new ServerStatus(vscode.languages.createLanguageStatusItem("dice.status", { language: "python" }));
     const environments = await findPythonEnvironments(log);
-    session = new ServerSession(log, status, environments);
+    const home = {
+        root: context.extensionPath,
+        storage: context.globalStorageUri.fsPath,
+        version: (context.extension.packageJSON as { version: string }).version,
+    };
+    session = new ServerSession(log, status, environments, home);
     const current = session;
 
     const showActive = (editor: vscode.TextEditor | undefined): void =>
@@ -32,6 +37,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
             get running() {
                 return current.running;
             },
+            messages: current.messages,
             refresh: (reason, force) => current.refresh(reason, force),
             showLogs: () => log.show(),
         }),

@@ -1,21 +1,36 @@
 /**
  * The `dice` settings section as the server receives it: the user's settings plus `trustedWorkspace`,
- * which only the client can know and which no settings file may override.
+ * which only the client can know and which no settings file may override, less the extension's own settings.
  */
 
 import * as vscode from "vscode";
 
 export const SECTION = "dice";
 
+/**
+ * `dice.*` settings only the extension reads (how it starts the server and shows its messages). The server is never
+ * sent them: one from an older dice-lsp would name each newer one "not a dice-lsp setting".
+ */
+export const EXTENSION_SETTINGS = [
+    "interpreter",
+    "serverArgs",
+    "trace",
+    "importStrategy",
+    "logLevel",
+    "showNotifications",
+] as const;
+
 /** The `dice` section for `scope`, as sent to the server (plain JSON, trust injected). */
 export function serverSettings(scope: vscode.Uri | undefined): Record<string, unknown> {
     return withTrust(vscode.workspace.getConfiguration(undefined, scope).get<unknown>(SECTION));
 }
 
-/** `settings` with `trustedWorkspace` set from the editor; anything else under that key is replaced. */
+/** `settings` less the extension's own, with `trustedWorkspace` set from the editor (whatever else the key held). */
 export function withTrust(settings: unknown): Record<string, unknown> {
     const base = typeof settings === "object" && settings !== null ? (settings as Record<string, unknown>) : {};
-    return { ...base, trustedWorkspace: vscode.workspace.isTrusted };
+    const own: readonly string[] = EXTENSION_SETTINGS;
+    const server = Object.fromEntries(Object.entries(base).filter(([key]) => !own.includes(key)));
+    return { ...server, trustedWorkspace: vscode.workspace.isTrusted };
 }
 
 /**

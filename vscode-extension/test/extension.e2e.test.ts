@@ -8,6 +8,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { Diagnostic, EventEmitter, mock, Uri } from "./vscode-mock";
+import { extensionContext } from "./fixtures";
 
 const repository = path.resolve(__dirname, "..", "..", "..");
 const bundle = path.resolve(__dirname, "..", "..", "dist", "extension.js");
@@ -81,7 +82,7 @@ async function until(condition: () => boolean, message: string, poll?: () => Pro
 }
 
 describe("the bundled extension with the real dice-lsp server", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
-    const context = { subscriptions: [] as { dispose(): unknown }[] };
+    let context: ReturnType<typeof extensionContext>;
     let extension: Extension;
     let folder: string;
 
@@ -90,6 +91,7 @@ describe("the bundled extension with the real dice-lsp server", { timeout: 4 * S
         // The repository is the workspace: the server runs there, so `-m dice_lsp` finds this checkout.
         mock.workspaceFolders = [{ uri: Uri.file(repository), name: "dice-lsp", index: 0 }];
         folder = fs.mkdtempSync(path.join(os.tmpdir(), "dice-vscode-"));
+        context = extensionContext(path.join(folder, "storage"));
         // eslint-disable-next-line @typescript-eslint/no-require-imports
         extension = require(bundle) as Extension;
         await extension.activate(context);
@@ -131,6 +133,22 @@ describe("the bundled extension with the real dice-lsp server", { timeout: 4 * S
         }
     });
 
+    it("shows once why a command did not start: the server's word, or the extension's where it gave none", async () => {
+        const plain = path.join(folder, "plain.py");
+        fs.writeFileSync(plain, "x = 1\n");
+        mock.openDocument(plain, "x = 1\n");
+        // No class Model: the server refuses Generate and says why itself.
+        mock.messages = [];
+        const generate = (await mock.commands.get("dice.generate")?.()) as { ok: boolean; message: string };
+        assert.equal(generate.ok, false);
+        assert.deepEqual(mock.messages.map((m) => m.text), [`dice-lsp: ${generate.message}`]);
+        // No ModelNew: the server answers Benchmark with why it did not start, and shows nothing.
+        mock.messages = [];
+        const benchmark = (await mock.commands.get("dice.benchmark")?.()) as { started: boolean; message: string };
+        assert.equal(benchmark.started, false);
+        assert.deepEqual(mock.messages.map((m) => m.text), [`DICE: Benchmark now: ${benchmark.message}`]);
+    });
+
     it("tells the running server about other settings changes, without a restart", async () => {
         const starts = mock.output().match(/starting the server/g)?.length;
         // A value the server cannot use is named in a warning: the running server read the change. (Diagnostics show
@@ -139,6 +157,16 @@ describe("the bundled extension with the real dice-lsp server", { timeout: 4 * S
         await until(() => mock.messages.some((m) => m.text.includes("tolerance")),
             `the server said nothing of dice.tolerance; the extension's log:\n${mock.output()}`);
         assert.equal(mock.output().match(/starting the server/g)?.length, starts);
+    });
+
+    it("pops none of the server's messages up with dice.showNotifications off, and logs them", async () => {
+        mock.setSetting("dice.showNotifications", "off");
+        mock.messages = [];
+        mock.setSetting("dice.timingTrials", 0);
+        await until(() => /\[warning\] dice-lsp: some settings were not used: dice\.timingTrials/.test(mock.output()),
+            `the server said nothing of dice.timingTrials; the extension's log:\n${mock.output()}`);
+        assert.deepEqual(mock.messages, []);
+        mock.setSetting("dice.showNotifications", "always");
     });
 
     it("restarts the server with a newly configured interpreter, which sees the open document again", async () => {
@@ -150,10 +178,56 @@ describe("the bundled extension with the real dice-lsp server", { timeout: 4 * S
         await published;
         assert.match(mock.output(), new RegExp(`starting the server \\(launch settings changed\\): ${python} -m dice_lsp`));
     });
+
+    it("writes no debug records of the server at the default log level", () => {
+        assert.doesNotMatch(mock.output(), / DEBUG /);
+    });
+});
+
+describe("the server shipped with the extension, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
+    let context: ReturnType<typeof extensionContext>;
+    let extension: Extension;
+    let folder: string;
+
+    before(async () => {
+        mock.reset();
+        folder = fs.mkdtempSync(path.join(os.tmpdir(), "dice-vscode-"));
+        context = extensionContext(path.join(folder, "storage"));
+        // A workspace of its own: in this repository's folder, `-m dice_lsp` would import the checkout first.
+        mock.workspaceFolders = [{ uri: Uri.file(folder), name: "project", index: 0 }];
+        mock.settings.set("dice.importStrategy", "useBundled");
+        mock.settings.set("dice.logLevel", "debug");
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        extension = require(bundle) as Extension;
+        await extension.activate(context);
+    });
+
+    after(async () => {
+        await extension.deactivate();
+        context.subscriptions.forEach((item) => item.dispose());
+        fs.rmSync(folder, { recursive: true, force: true });
+    });
+
+    it("runs python3 -m dice_lsp from the wheel extracted into the extension's storage", async () => {
+        const started = /starting the server \(activation\): python3 -m dice_lsp --log-level DEBUG .*useBundled/;
+        assert.match(mock.output(), started);
+        const extracted = path.join(folder, "storage", "bundled", context.extension.packageJSON.version, "dice_lsp");
+        assert.ok(mock.output().includes(`dice_lsp from ${extracted}`), mock.output());
+        const file = path.join(folder, "matmul_dice.py");
+        fs.writeFileSync(file, DECEPTIVE_SOLUTION);
+        const published = diceDiagnostics(Uri.file(file).toString());
+        mock.openDocument(file, DECEPTIVE_SOLUTION);
+        const codes = (await published).map((d) => (typeof d.code === "object" ? d.code.value : d.code));
+        assert.ok(codes.includes("torch-fallback"), `codes: ${codes.join(", ")}`);
+    });
+
+    it("writes the server's debug records to the DICE output channel with dice.logLevel debug", () => {
+        assert.match(mock.output(), / DEBUG /);
+    });
 });
 
 describe("workspace trust, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
-    const context = { subscriptions: [] as { dispose(): unknown }[] };
+    let context: ReturnType<typeof extensionContext>;
     let extension: Extension;
     let folder: string;
 
@@ -162,6 +236,7 @@ describe("workspace trust, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () =
         mock.trusted = false;
         mock.workspaceFolders = [{ uri: Uri.file(repository), name: "dice-lsp", index: 0 }];
         folder = fs.mkdtempSync(path.join(os.tmpdir(), "dice-vscode-"));
+        context = extensionContext(path.join(folder, "storage"));
         // eslint-disable-next-line @typescript-eslint/no-require-imports
         extension = require(bundle) as Extension;
         await extension.activate(context);
@@ -209,7 +284,7 @@ describe("workspace trust, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () =
 const ENVIRONMENT = "import os, sys; print(sys.prefix); print(os.path.relpath(sys.executable, sys.prefix))";
 
 describe("the Python extension's interpreter, end to end", { timeout: 4 * SERVER_TIMEOUT_MS }, () => {
-    const context = { subscriptions: [] as { dispose(): unknown }[] };
+    let context: ReturnType<typeof extensionContext>;
     const changed = new EventEmitter<unknown>();
     const python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
     let selected = python;
@@ -219,6 +294,7 @@ describe("the Python extension's interpreter, end to end", { timeout: 4 * SERVER
     before(async () => {
         mock.reset();
         folder = fs.mkdtempSync(path.join(os.tmpdir(), "dice-vscode-"));
+        context = extensionContext(path.join(folder, "storage"));
         mock.workspaceFolders = [{ uri: Uri.file(repository), name: "dice-lsp", index: 0 }];
         const environments = {
             getActiveEnvironmentPath: () => ({ id: "selected", path: selected }),
@@ -240,7 +316,7 @@ describe("the Python extension's interpreter, end to end", { timeout: 4 * SERVER
     });
 
     it("runs the server with the selected interpreter and restarts it when the selection changes", async () => {
-        assert.match(mock.output(), /\[interpreter: Python extension\]/);
+        assert.match(mock.output(), /\[interpreter: Python extension;/);
         const file = path.join(folder, "selected_dice.py");
         let published = diceDiagnostics(Uri.file(file).toString());
         mock.openDocument(file, DECEPTIVE_SOLUTION);

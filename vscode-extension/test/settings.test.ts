@@ -5,7 +5,12 @@ import * as assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import * as path from "node:path";
 import { mock } from "./vscode-mock";
-import { injectTrust, serverSettings } from "../src/settings";
+import { EXTENSION_SETTINGS, injectTrust, serverSettings } from "../src/settings";
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const manifest = require(path.join(__dirname, "..", "..", "package.json")) as {
+    contributes: { configuration: { properties: Record<string, unknown> } };
+};
 
 describe("serverSettings", () => {
     beforeEach(() => mock.reset());
@@ -31,6 +36,19 @@ describe("serverSettings", () => {
             promptTemplate: "",
         });
         assert.equal(settings.trustedWorkspace, true);
+    });
+
+    it("leaves out the extension's own settings, which the server does not read", () => {
+        const declared = Object.keys(manifest.contributes.configuration.properties).map((key) => key.split(".")[1]);
+        const own = declared.filter((key) => (EXTENSION_SETTINGS as readonly string[]).includes(key));
+        assert.deepEqual([...new Set(own)].sort(), [...EXTENSION_SETTINGS].sort(), "each is declared in package.json");
+        const settings = serverSettings(undefined);
+        for (const key of EXTENSION_SETTINGS) {
+            assert.ok(!(key in settings), `dice.${key} is sent to the server`);
+        }
+        assert.deepEqual(injectTrust([{ section: "dice" }], [{ logLevel: "debug", model: "m" }]), [
+            { model: "m", trustedWorkspace: true },
+        ]);
     });
 
     it("reports an untrusted workspace even when a settings file claims otherwise", () => {
@@ -68,11 +86,7 @@ describe("package.json's settings", () => {
             unknown
         >;
         const client = serverSettings(undefined);
-        const clientOnly = ["interpreter", "serverArgs", "trace"];
-        assert.deepEqual(
-            Object.keys(client).filter((key) => !clientOnly.includes(key)).sort(),
-            Object.keys(server).sort(),
-        );
+        assert.deepEqual(Object.keys(client).sort(), Object.keys(server).sort());
         for (const [key, value] of Object.entries(server)) {
             if (key !== "trustedWorkspace") {
                 assert.deepEqual(client[key], value, `dice.${key}`);

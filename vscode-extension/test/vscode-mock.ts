@@ -311,8 +311,11 @@ export const mock = {
     commands: new Map<string, (...args: unknown[]) => unknown>(),
     executed: [] as { command: string; args: unknown[] }[],
     messages: [] as { kind: "error" | "warning" | "info"; text: string; items: string[] }[],
-    /** What the next message box answers. */
+    /** What the next message box answers: the first of `answers` while there are any, else `answer`. */
     answer: undefined as string | undefined,
+    answers: [] as string[],
+    /** Each progress notification: its title, what it reported, and whether it was cancellable. */
+    progress: [] as { title?: string; cancellable?: boolean; messages: string[] }[],
     statusItems: [] as MockStatusItem[],
     outputs: [] as MockOutputChannel[],
     diagnostics: new Map<string, Diagnostic[]>(),
@@ -328,6 +331,8 @@ export const mock = {
         this.executed = [];
         this.messages = [];
         this.answer = undefined;
+        this.answers = [];
+        this.progress = [];
         this.statusItems = [];
         this.outputs = [];
         this.diagnostics.clear();
@@ -408,7 +413,7 @@ export const workspace = quietEvents({
 function message(kind: "error" | "warning" | "info") {
     return async (text: string, ...items: unknown[]): Promise<string | undefined> => {
         mock.messages.push({ kind, text, items: items.filter((item): item is string => typeof item === "string") });
-        return mock.answer;
+        return mock.answers.length > 0 ? mock.answers.shift() : mock.answer;
     };
 }
 
@@ -432,8 +437,19 @@ export const window = quietEvents({
     showWarningMessage: message("warning"),
     showInformationMessage: message("info"),
     showTextDocument: async () => undefined,
-    withProgress: async <R>(_options: unknown, task: (progress: unknown, token: unknown) => Promise<R>) =>
-        task({ report: () => undefined }, new CancellationTokenSource().token),
+    withProgress: async <R>(
+        options: { title?: string; cancellable?: boolean },
+        task: (progress: { report(value: { message?: string }): void }, token: unknown) => Promise<R>,
+    ) => {
+        const shown = { title: options.title, cancellable: options.cancellable, messages: [] as string[] };
+        mock.progress.push(shown);
+        const report = (value: { message?: string }) => {
+            if (value.message !== undefined) {
+                shown.messages.push(value.message);
+            }
+        };
+        return task({ report }, new CancellationTokenSource().token);
+    },
     createOutputChannel(name: string) {
         const channel: MockOutputChannel = { name, lines: [], shown: 0 };
         mock.outputs.push(channel);
