@@ -17,4 +17,7 @@ echo "-- test"
 npm test --silent
 echo "-- bundle and package"
 npm run --silent package
+echo "-- the .vsix carries the interpreter probe and the server's wheel"
+python3 -m zipfile -l dice-lsp.vsix | grep -E 'extension/(python/probe\.py|bundled/dice_lsp-.+\.whl) '
+[ "$(python3 -m zipfile -l dice-lsp.vsix | grep -cE 'extension/(python/probe\.py|bundled/dice_lsp-.+\.whl) ')" = 2 ]
 ls -l dice-lsp.vsix
