@@ -235,7 +235,10 @@ for _kind in (Decoding, Settings):
 # -- package.json: the extension declares these settings; their defaults and the decoding help come from here --------
 SECTION = "dice"
 CLIENT_SET = ("trusted_workspace",)  # the client sets it from the editor's trust; no user setting declares it
-CLIENT_ONLY = ("dice.interpreter", "dice.serverArgs", "dice.trace.server")  # how the extension starts the server
+# read by the extension only: how it starts the server (interpreter, arguments, its own copy or the interpreter's,
+# log level) and which of the server's messages it pops up
+CLIENT_ONLY = ("dice.interpreter", "dice.serverArgs", "dice.trace.server", "dice.importStrategy", "dice.logLevel",
+               "dice.showNotifications")
 
 
 def declared() -> dict[str, Any]:
