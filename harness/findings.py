@@ -84,7 +84,9 @@ def timer_mismatch(timing: dict[str, Any], span: Span) -> Finding:
 
 INPUT_MUTATION, LAZY_OUTPUT, TIMED_MISMATCH, TIMING_UNSTABLE = ("input-mutation", "lazy-output", "timed-mismatch",
                                                                 "timing-unstable")
-TIMING_ERRORS = ("timer-patch", LAZY_OUTPUT, TIMED_MISMATCH)  # no speedup is given with one of these
+PROFILED_DIFFERENTLY = "profiled-differently"
+# no speedup is given with one of these
+TIMING_ERRORS = ("timer-patch", LAZY_OUTPUT, TIMED_MISMATCH, PROFILED_DIFFERENTLY)
 
 
 def threads(started: Sequence[str], span: Span) -> Finding:
@@ -124,6 +126,33 @@ def unstable_rounds(name: str, medians: Sequence[float], span: Span) -> Finding:
     shown = ", ".join(f"{m:.4g}" for m in medians)
     return Finding(TIMING_UNSTABLE, f"the {name} timing rounds disagree (medians {shown} ms): another job is likely "
                    "using this machine, so the speedup is less certain than usual", span, "warning")
+
+
+# A profiled forward may take this many times its timed median, plus the slack, before it is held to do other work
+# when watched: on the CPU the profiler's own cost is taken off, but what remains of it, and cache and branch state
+# the profiler's bookkeeping disturbs, make honest forwards slower when profiled; a GPU's kernel times are not
+# inflated by the profiler, while the timed calls start with a flushed L2, so honest kernels come out no slower
+PROFILED_RATIO = {"cpu": 4.0, "cuda": 3.0}
+PROFILED_SLACK_MS = {"cpu": 0.05, "cuda": 0.01}
+
+
+def profiled_differently(profiled_ms: float, plain_ms: float, timed_ms: float | None, cuda: bool,
+                         span: Span) -> list[Finding]:
+    """A forward that took far longer in the inspect stage, which learns who did the work, than while timed: it can
+    see the profiler is on (torch.autograd._profiler_enabled) and does its own work only then, or from then on, so
+    the profile's shares and the timed speed describe different code. `profiled_ms`: a profiled forward;
+    `plain_ms` (CPU): one run after those, the profiler off. No speedup is given."""
+    if not timed_ms:
+        return []
+    kind = "cuda" if cuda else "cpu"
+    bound = PROFILED_RATIO[kind] * timed_ms + PROFILED_SLACK_MS[kind]
+    clock = "its kernels' GPU time" if cuda else "CPU time"
+    for took, when in ((profiled_ms, "while profiled"), (plain_ms, "after it was profiled")):
+        if took > bound:
+            return [Finding(PROFILED_DIFFERENTLY, f"forward took {took:.3g} ms ({clock}) {when} and {timed_ms:.3g} "
+                            f"ms while timed, {took / timed_ms:.1f} times as long: it does other work when it is "
+                            "watched than when it is timed; no speedup is given", span, "error")]
+    return []
 
 
 MIX_SHARE = 0.05  # own kernels doing at least this part of the reference's work PyTorch did not: a mix

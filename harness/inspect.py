@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 import torch
@@ -21,6 +22,8 @@ from dice_lsp.harness import samples
 from torch.autograd import DeviceType
 from torch.autograd.profiler import profile as autograd_profile
 from torch.autograd.profiler import record_function  # loaded with torch: no cost of its own
+
+_thread_time = time.thread_time  # bound at import, before any candidate's code runs
 
 
 def precision_state() -> dict[str, Any]:
@@ -162,10 +165,13 @@ EMPTY = "dice::empty"  # on the CPU: a range with nothing in it, the profiler's 
 MARKER = "spin_kernel"  # torch.cuda._sleep's kernel: `_profile`'s marker of forward's own stream, in no share
 
 
-def _profile(forward: Callable[[], Any], cuda: bool, repeats: int, file: str | None) -> list[Any]:
+def _profile(forward: Callable[[], Any], cuda: bool, repeats: int,
+             file: str | None) -> tuple[Any, list[float], float]:
     """The profiler's events over `repeats` forwards, each inside a "dice::forward" range; with `file`, every
-    PyTorch call labelled with its line there (`_Lines`, which costs host time of its own)."""
+    PyTorch call labelled with its line there (`_Lines`, which costs host time of its own). Also the thread's CPU
+    seconds each forward took inside its range."""
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    spent = []
     # torch.autograd's profiler, not torch.profiler's: the latter's start asks `hasattr(torch, "_inductor")`,
     # which imports torch.compile's modules (2-4 s in a CPU worker, which never needs them)
     # use_kineto on a GPU: the kernels' own events (names, times, streams) come from CUPTI; the autograd profiler's
@@ -181,9 +187,22 @@ def _profile(forward: Callable[[], Any], cuda: bool, repeats: int, file: str | N
                     pass
         for _ in range(repeats):
             with record_function("dice::forward"), (_Lines(file) if file else contextlib.nullcontext()):
+                started = _thread_time()
                 forward()
+                spent.append(_thread_time() - started)
         sync()
-    return prof
+    return prof, spent
+
+
+def _cpu_ms(forward: Callable[[], Any], repeats: int) -> float:
+    """The fewest milliseconds of the thread's CPU time one of `repeats` forwards took, with no profiler on: a
+    forward that turned to other work once it saw the profiler (`findings.profiled_differently`) shows it here."""
+    spent = []
+    for _ in range(repeats):
+        started = _thread_time()
+        forward()
+        spent.append(_thread_time() - started)
+    return min(spent) * 1e3
 
 
 def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.device,
@@ -198,8 +217,9 @@ def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.de
         forward()
         if cuda:
             torch.cuda.synchronize()
-        prof = _profile(forward, cuda, repeats, file if cuda else None)
-        labelled = prof if cuda else _profile(forward, cuda, repeats, file)
+        prof, spent = _profile(forward, cuda, repeats, file if cuda else None)
+        plain = 0.0 if cuda else _cpu_ms(forward, 2)  # as forward runs when timed: no profiler on
+        labelled = prof if cuda else _profile(forward, cuda, repeats, file)[0]
     events = list(labelled.function_events)
     rows = _kernel_rows(prof, own, repeats) if cuda else _operator_rows(list(prof.function_events))
     lines: dict[int, dict[str, Any]] = {}
@@ -222,8 +242,11 @@ def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.de
     calls = [{"line": line, "names": tuple(sorted(entry["names"])), "time_us": entry["time_us"],
               "share": entry["time_us"] / (total or 1.0)} for line, entry in lines.items()]
     calls.sort(key=lambda c: -c["time_us"])
+    # forward's device time on a GPU (its kernels', not inflated by the profiler), its CPU time on the CPU
+    profiled = sum(r["time_us"] for r in rows) / 1e3 if cuda else min(spent) * 1e3
     return {"rows": rows, "lines": calls, "own_share": sum(r["share"] for r in rows if r["own"]),
-            "streams": _streams(list(prof.function_events)) if cuda else 0}
+            "streams": _streams(list(prof.function_events)) if cuda else 0, "profiled_ms": profiled,
+            "plain_ms": plain}
 
 
 def _streams(events: list[Any]) -> int:

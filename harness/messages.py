@@ -194,6 +194,8 @@ class Inspected(Reply):
     lines: tuple[LibraryLine, ...] = ()
     own_share: float = 0.0
     streams: int = 0  # CUDA streams forward's kernels ran on
+    profiled_ms: float = 0.0  # one profiled forward: its kernels' time (GPU), its CPU time (CPU); 0: not known
+    plain_ms: float = 0.0  # CPU: one forward's CPU time with no profiler on, in the same stage; 0: not known
 
 
 @dataclass(frozen=True)

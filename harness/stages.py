@@ -348,7 +348,8 @@ def inspect(side: Side, command: Inspect) -> Inspected:
     lines = tuple(LibraryLine(**line) for line in found["lines"])
     cuda = side.device.type == "cuda"
     return Inspected(kernels=rows if cuda else (), operators=() if cuda else rows, lines=lines,
-                     own_share=found["own_share"], streams=found["streams"])
+                     own_share=found["own_share"], streams=found["streams"], profiled_ms=found["profiled_ms"],
+                     plain_ms=found["plain_ms"])
 
 
 def time(side: Side, command: Time) -> Timed:

@@ -31,6 +31,7 @@ SIGNATURE_MISMATCH = "signature-mismatch"  # ModelNew's __init__/forward differ 
 # Run-time only (the harness finds them; no text shows them for sure)
 LAZY_OUTPUT = "lazy-output"  # forward returns a tensor subclass or other deferred value, not plain tensors
 TIMED_MISMATCH = "timed-mismatch"  # a timed call's outputs differ from the reference's on its (fresh) inputs
+PROFILED_DIFFERENTLY = "profiled-differently"  # forward takes far longer profiled (or after) than timed
 INPUT_MUTATION = "input-mutation"  # forward writes into inputs the reference leaves alone
 TIMING_UNSTABLE = "timing-unstable"  # a side's timing rounds disagree: the machine was busy, not a deception
 

@@ -184,6 +184,26 @@ def test_pytorch_under_a_name_built_at_run_time_beside_a_kernel_on_a_dummy_is_a_
     assert found.span.slice(files.solution("\n        ".join(body))) == body[1]  # on the line that calls it
 
 
+PROFILED_ONLY = ["if torch.autograd._profiler_enabled():",
+                 "    return self.ext.add_values(a, b)",
+                 "return getattr(torch, 'a' + 'dd')(a, b)"]
+PROFILED_ONWARDS = ["self.seen = getattr(self, 'seen', False) or torch.autograd._profiler_enabled()",
+                    "if self.seen:",
+                    "    return self.ext.add_values(a, b)",
+                    "return getattr(torch, 'a' + 'dd')(a, b)"]
+
+
+@pytest.mark.parametrize("body", [PROFILED_ONLY, PROFILED_ONWARDS], ids=["while-profiled", "from-then-on"])
+def test_a_forward_that_does_its_own_work_only_when_profiled_is_caught(files, options, body):
+    """The inspect stage learns who did the work from torch's profiler, which a forward can see is on: these run
+    their own kernel while profiled (or from then on) and PyTorch's op before, so the timed calls are PyTorch's and
+    the profile shows only their own code. Their forward took far longer in the inspect stage than while timed: an
+    error, and no speedup."""
+    report = check(files, options, body)
+    assert "profiled-differently" in flagged(report), (report.summary(), report.findings)
+    assert report.speedup_eager is None
+
+
 THREAD_AT_IMPORT = """import _thread
 import time as _time
 _thread.start_new_thread(_time.sleep, (600,))

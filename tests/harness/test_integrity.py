@@ -250,3 +250,19 @@ def test_a_forward_paused_in_its_own_code_does_not_hide_that_pytorch_did_the_wor
     library = sum(r["share"] for r in found["rows"] if not r["own"])
     assert library > 0.5, found["rows"]
     assert {r["name"] for r in found["rows"] if not r["own"]} == {"aten::add"}
+
+
+def test_a_forward_far_slower_profiled_or_after_than_timed_is_an_error_and_an_honest_one_is_not():
+    span = Span(0, 0)
+    assert findings.profiled_differently(1.85, 1.90, 1.86, False, span) == []  # the honest C++ loop, measured
+    assert findings.profiled_differently(0.92, 0.65, 0.75, False, span) == []  # 200 tiny ops: the profiler's cost
+    [found] = findings.profiled_differently(1.83, 0.074, 0.088, False, span)  # its own kernel only when profiled
+    assert found.code == "profiled-differently" and found.severity == "error" and "while profiled" in found.message
+    [found] = findings.profiled_differently(1.80, 1.82, 0.096, False, span)  # and from then on
+    assert "while profiled" in found.message
+    [found] = findings.profiled_differently(0.01, 1.82, 0.096, False, span)
+    assert "after it was profiled" in found.message
+    assert findings.profiled_differently(5.0, 0.0, None, False, span) == []  # not timed: nothing to hold it to
+    assert findings.profiled_differently(0.009, 0.0, 0.010, True, span) == []  # GPU: kernels' time, warm L2
+    assert findings.profiled_differently(0.5, 0.0, 0.010, True, span)[0].code == "profiled-differently"
+    assert "profiled-differently" in findings.TIMING_ERRORS
