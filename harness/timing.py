@@ -238,10 +238,12 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
             if warmed == 1:
                 sync()
                 planned = min(planned, max(2, math.ceil(WARM_QUEUE_S / max(_perf_counter() - h0, 1e-6))))
-                if not cuda and len(forwards) > 1:  # each placement run twice and its outputs held back before any is timed: with 5
-                    # warm-ups of 8 placements, some placements were first run while timed, and a 1.9 ms C++
-                    # loop's first round came out 3-25 % slower than its next three (2-core machine); now within 3 %
-                    planned = max(planned, 2 * len(forwards))
+                if not cuda:
+                    # as many as agreed, up to each placement run twice and its outputs held back before any is
+                    # timed (the caller agrees that many for a first round, `rounds.time_sides`): with 5 warm-ups
+                    # of 8 placements, some were first run while timed, and a 1.9 ms C++ loop's first round came
+                    # out 3-25 % slower than its next three (2-core machine); now within 3 %
+                    planned = max(planned, min(warmup, 2 * len(forwards)))
                 room = PLACEMENT_BYTES // max(_nbytes(held[-1]) if held else 0, 1)
                 held = collections.deque(held, maxlen=min(len(forwards) - 1, room))
             if warmed >= planned:

@@ -94,9 +94,8 @@ def test_small_timed_inputs_get_copies_at_other_addresses_and_large_ones_none():
 
 def test_several_forwards_are_taken_in_turn_and_their_last_outputs_held_back():
     """One forward per placement of the inputs, in turn; the outputs of the last two trials stay alive while the
-    third runs (so a GPU allocator puts each output somewhere else), and nothing stays alive after. On the CPU
-    warm-up runs every placement twice however few warm-ups were asked for, so the timed calls find the outputs'
-    pages in place."""
+    third runs (so a GPU allocator puts each output somewhere else), and nothing stays alive after. On the CPU, a
+    warm-up of as many forwards as agreed runs every placement twice, however short the forward."""
     alive, calls, seen = [], [], []
 
     def forward(index: int):
@@ -110,10 +109,20 @@ def test_several_forwards_are_taken_in_turn_and_their_last_outputs_held_back():
 
     result = timing.measure([forward(0), forward(1), forward(2)], torch.device("cpu"), trials=6, warmup=1)
     assert result["placements"] == 3 and result["trials"] == 6
-    assert calls == [0, 1, 2] * 4  # six warm-ups (one asked for), then the trials, round robin
+    assert calls == [0, 1, 2, 0, 1, 2, 0]  # one warm-up, then the trials, round robin
     assert max(seen) == 2 and seen[-1] == 2
     assert not any(ref() is not None for ref in alive)
     assert timing.placements([torch.zeros(3)], torch.device("cpu"))[0][0].shape == (3,)  # CPU: the inputs alone
+
+    def slow(index: int):  # 4 ms or more: ten warm-ups would be past the warm-up's 10 ms, which stops at two
+        return lambda: (calls.append(index), time.sleep(0.004))
+
+    calls.clear()
+    timing.measure([slow(0), slow(1), slow(2)], torch.device("cpu"), trials=3, warmup=10)
+    assert calls == [0, 1, 2] * 3  # ten agreed: six run, every placement twice
+    calls.clear()
+    timing.measure([slow(0), slow(1), slow(2)], torch.device("cpu"), trials=3, warmup=1)
+    assert calls == [0, 1, 2, 0]  # one agreed, one run
 
 
 def test_rounds_pool_into_one_median_over_every_sample():
