@@ -147,10 +147,10 @@ def _findings(check: Any, parts: dict[str, list[dict[str, Any]]], clock: list[st
 def _speedups(check: Any, raw: dict[str, dict[str, Any]]) -> None:
     options = check.options
     span = check.forward_span()
-    for name, timing in raw.items():
-        timing["disagrees"] = samples.timer_disagrees(timing, options.timer_tolerance)
-        if timing["disagree"]:
-            check.findings.append(findings.unstable_rounds(name, timing["round_medians_ms"], span))
+    for name, pooled in raw.items():
+        pooled["disagrees"] = samples.timer_disagrees(pooled, options.timer_tolerance)
+        if pooled["disagree"]:
+            check.findings.append(findings.unstable_rounds(name, pooled["round_medians_ms"], span))
     check.fields["timings"] = {k: Timing(**{f: v[f] for f in Timing.__dataclass_fields__ if f in v})
                                for k, v in raw.items()}
     escaped = any(v.get("disagrees") for v in raw.values())
