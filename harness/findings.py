@@ -155,6 +155,17 @@ def profiled_differently(profiled_ms: float, plain_ms: float, timed_ms: float | 
     return []
 
 
+def profiled_outputs(wrong: str, span: Span) -> list[Finding]:
+    """The outputs of a profiled forward (drawn after the calls ran) against the solution's own verified outputs on
+    the same inputs: a forward that sees the profiler and returns anything while launching its kernels on nothing
+    would otherwise show a profile of its own code for work PyTorch did when it counted."""
+    if not wrong:
+        return []
+    return [Finding(PROFILED_DIFFERENTLY, f"forward computed something else while profiled than when verified on "
+                    f"the same inputs ({wrong}): it does other work when it is watched; no speedup is given",
+                    span, "error")]
+
+
 MIX_SHARE = 0.05  # own kernels doing at least this part of the reference's work PyTorch did not: a mix
 
 

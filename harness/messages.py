@@ -196,6 +196,7 @@ class Inspected(Reply):
     streams: int = 0  # CUDA streams forward's kernels ran on
     profiled_ms: float = 0.0  # one profiled forward: its kernels' time (GPU), its CPU time (CPU); 0: not known
     plain_ms: float = 0.0  # CPU: one forward's CPU time with no profiler on, in the same stage; 0: not known
+    profiled_wrong: str = ""  # how an inspected call's outputs differ from the verified ones on the same inputs
 
 
 @dataclass(frozen=True)

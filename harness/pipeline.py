@@ -338,6 +338,8 @@ class _Check:
             self.findings.extend(findings.from_kernels(seen.kernels, self.anatomy))
             self.findings.extend(findings.from_streams(seen.streams, self.forward_span()))
         self.findings.extend(findings.from_work(seen, theirs, self.anatomy, self.solution, self.forward_span(), cuda))
+        if all(t.passed for t in self.fields.get("trials", ())):  # else the verified outputs were wrong already
+            self.findings.extend(findings.profiled_outputs(seen.profiled_wrong, self.forward_span()))
         timed = self.fields.get("timings", {}).get("solution")
         self.findings.extend(findings.profiled_differently(seen.profiled_ms, seen.plain_ms,
                                                            timed.median_ms if timed else None, cuda,

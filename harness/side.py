@@ -39,6 +39,7 @@ class Side:
         self.kept: list[Any] = []  # solution: (TimedCall, outputs) of the timed calls kept for the reference
         self.itself: Any = None  # reference: (disagreement with itself, inputs it writes into), found once
         self.work: Any = None  # who did forward's work (inspect.work); a reference's is found once
+        self.verified: Any = None  # the solution's: its first trial's outputs, sampled (verify.sample)
 
 
 def load_module(path: str, name: str) -> Any:

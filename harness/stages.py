@@ -191,6 +191,8 @@ def run(side: Side, command: RunSolution) -> Ran:
             result = side.model(*tensors)
             lazy = lazy or verify.plain(result, side.device)
             mutated |= {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
+            if index == 0 and not lazy:  # what the profiled forwards must compute again (`inspect`)
+                side.verified = verify.sample(verify.flatten(result))
             outputs.append(verify.copies(verify.flatten(result), sharing))
             side.trial_bytes = _bytes(tensors) + _bytes(outputs[-1])
             if _bytes(tensors) <= state["room"]:  # alive to the end: the next trial's inputs get other addresses
@@ -267,6 +269,7 @@ def _save_outputs(side: Side, exchange: Path) -> None:
 # cause: each of the comparison's elementwise passes is a parallel region over one intra-op thread per core, and with
 # the cores shared every region waits on a descheduled thread. A few threads leave the spares room.
 COMPARE_THREADS = 4
+INSPECT_KEEP_BYTES = 1 << 30  # the inspected calls' outputs kept to draw one from; past this, the last call's only
 
 
 def compare(side: Side, command: Compare) -> Compared:
@@ -338,18 +341,33 @@ def inspect(side: Side, command: Inspect) -> Inspected:
     operator's; and PyTorch's share by the line that called it. A reference worker answers from what it found the
     first time (its model and inputs do not change)."""
     side.outputs = None  # compared by now: the GPU copies handed over go
+    wrong = ""
     if side.work is None or not side.expected:  # the solution's worker inspects once, a reference's keeps it
         inputs = _trial(side, 0) if side.expected else side.trials[0][1]
         given = [verify.clone(t) for t in inputs]  # forward may write into them
-        side.work = runtime.work(lambda: side.model(*given), list(command.kernels),
-                                 getattr(side.module, "__file__", "") or "", side.device)
+        calls: list[Any] = []
+
+        def forward() -> None:
+            out = side.model(*given)
+            if _profiled():  # the calls whose work the profile describes
+                calls.append(out)
+            while len(calls) > 1 and _bytes([t for call in calls for t in verify.flatten(call)]) > INSPECT_KEEP_BYTES:
+                calls.pop(0)
+
+        side.work = runtime.work(forward, list(command.kernels), getattr(side.module, "__file__", "") or "",
+                                 side.device)
+        if side.verified is not None and all(verify.same(a, b) for a, b in zip(inputs, given)):
+            # every profiled call kept, against the first trial's verified outputs, at positions drawn back then
+            wrong = next((w for w in (verify.matches(verify.flatten(call), side.verified, side.options.atol,
+                                                     side.options.rtol) for call in calls) if w), "")
+        del calls
     found = side.work
     rows = tuple(KernelShare(**row) for row in found["rows"])
     lines = tuple(LibraryLine(**line) for line in found["lines"])
     cuda = side.device.type == "cuda"
     return Inspected(kernels=rows if cuda else (), operators=() if cuda else rows, lines=lines,
                      own_share=found["own_share"], streams=found["streams"], profiled_ms=found["profiled_ms"],
-                     plain_ms=found["plain_ms"])
+                     plain_ms=found["plain_ms"], profiled_wrong=wrong)
 
 
 def time(side: Side, command: Time) -> Timed:
@@ -456,4 +474,5 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+_profiled = torch.autograd._profiler_enabled  # bound at import, before any code of the candidate's runs
 SEAL = integrity.Seal()  # the harness as loaded: before any command, so before any code of the candidate's

@@ -271,3 +271,41 @@ def _compare(got, expected, atol, rtol, device, chunk: int = COMPARE_CHUNK) -> d
     empty = 0.0 if diff_sq == 0 else math.inf
     result["relative_l2"] = math.sqrt(diff_sq) / math.sqrt(ref_sq) if ref_sq > 0 else empty
     return result
+
+
+SAMPLE_POINTS = 4096  # elements of each output kept from a verified call, to check a later call's outputs against
+
+
+def sample(outputs: list[torch.Tensor]) -> list[tuple[tuple[int, ...], torch.Tensor, torch.Tensor]]:
+    """Each output's shape, SAMPLE_POINTS positions drawn now (after the call returned: forward cannot know them)
+    and its values there, on the host: enough to tell whether a later call on the same inputs computed the same
+    thing, at any output size."""
+    kept = []
+    for tensor in outputs:
+        flat = tensor.detach().reshape(-1)
+        count = flat.numel()
+        if count <= SAMPLE_POINTS:
+            where = torch.arange(count)
+        else:  # from the system's randomness, not torch's seeded one, which forward could set or read
+            drawn = torch.Generator().manual_seed(random.SystemRandom().getrandbits(63))
+            where = torch.randint(count, (SAMPLE_POINTS,), generator=drawn)
+        kept.append((tuple(tensor.shape), where, flat[where.to(flat.device)].to("cpu", copy=True)))
+    return kept
+
+
+def matches(outputs: list[torch.Tensor], kept: list[tuple[tuple[int, ...], torch.Tensor, torch.Tensor]],
+            atol: float, rtol: float) -> str:
+    """"" when `outputs` have the kept shapes and agree with the kept values at their positions (as allclose
+    would), else what differs."""
+    if len(outputs) != len(kept):
+        return f"{len(outputs)} outputs, {len(kept)} when verified"
+    for i, (tensor, (shape, where, values)) in enumerate(zip(outputs, kept)):
+        label = "output" if len(kept) == 1 else f"output[{i}]"
+        if tuple(tensor.shape) != shape:
+            return f"{label} has shape {tuple(tensor.shape)}, {shape} when verified"
+        got = tensor.detach().reshape(-1)[where.to(tensor.device)].to("cpu")
+        if got.dtype != values.dtype or not torch.allclose(got.double(), values.double(), atol=atol, rtol=rtol,
+                                                           equal_nan=True):
+            worst = (got.double() - values.double()).abs().nan_to_num(math.inf).max().item()
+            return f"{label} differs by up to {worst:.3g} at the positions checked"
+    return ""

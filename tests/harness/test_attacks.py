@@ -193,12 +193,20 @@ PROFILED_ONWARDS = ["self.seen = getattr(self, 'seen', False) or torch.autograd.
                     "return getattr(torch, 'a' + 'dd')(a, b)"]
 
 
-@pytest.mark.parametrize("body", [PROFILED_ONLY, PROFILED_ONWARDS], ids=["while-profiled", "from-then-on"])
+PROFILED_PRETENCE = ["if torch.autograd._profiler_enabled():  # its kernel on nothing, an answer of any kind",
+                     "    self.ext.add_values(torch.ones(32), torch.ones(32))",
+                     "    return torch.empty_like(a)",
+                     "return getattr(torch, 'a' + 'dd')(a, b)"]
+
+
+@pytest.mark.parametrize("body", [PROFILED_ONLY, PROFILED_ONWARDS, PROFILED_PRETENCE],
+                         ids=["while-profiled", "from-then-on", "pretends-while-profiled"])
 def test_a_forward_that_does_its_own_work_only_when_profiled_is_caught(files, options, body):
     """The inspect stage learns who did the work from torch's profiler, which a forward can see is on: these run
-    their own kernel while profiled (or from then on) and PyTorch's op before, so the timed calls are PyTorch's and
-    the profile shows only their own code. Their forward took far longer in the inspect stage than while timed: an
-    error, and no speedup."""
+    their own kernel while profiled (or from then on), or launch it on nothing and return anything then, and
+    PyTorch's op otherwise, so the timed calls are PyTorch's and the profile shows only their own code. Their
+    forward took far longer in the inspect stage than while timed, or computed something else there: an error,
+    and no speedup."""
     report = check(files, options, body)
     assert "profiled-differently" in flagged(report), (report.summary(), report.findings)
     assert report.speedup_eager is None

@@ -143,3 +143,16 @@ def test_running_out_of_gpu_memory_is_said_in_numbers(monkeypatch):
     assert said.startswith("the GPU ran out of memory running the solution's trials: one trial's inputs and outputs "
                            "take 18.12 GB"), said
     assert "the GPU has 80.0 GB, 2.0 GB free, 70.0 GB held by this worker" in said and "Tried" not in said
+
+
+def test_a_later_call_is_held_to_a_sample_of_the_verified_outputs_at_any_size():
+    big = torch.randn(300, 400)
+    kept = verify.sample([big, torch.arange(5.0)])
+    assert len(kept[0][1]) == verify.SAMPLE_POINTS and len(kept[1][1]) == 5  # small outputs: every element
+    assert verify.matches([big.clone(), torch.arange(5.0)], kept, 1e-5, 1e-5) == ""
+    assert "differs by up to" in verify.matches([torch.zeros_like(big), torch.arange(5.0)], kept, 1e-5, 1e-5)
+    assert "output[1] has shape (4,)" in verify.matches([big, torch.arange(4.0)], kept, 1e-5, 1e-5)
+    assert verify.matches([big], kept, 1e-5, 1e-5) == "1 outputs, 2 when verified"
+    nudged = big.clone()
+    nudged.view(-1)[kept[0][1][0]] += 1.0  # one sampled element off
+    assert "output[0] differs by up to 1" in verify.matches([nudged, torch.arange(5.0)], kept, 1e-5, 1e-5)
