@@ -41,11 +41,18 @@ export function session(storage: string): ServerSession {
     return new ServerSession(log, status, undefined, testHome(storage));
 }
 
-/** python3's facts: its executable, standard library, site-packages and version folder ("python3.11"). */
-const FACTS = "import json, sys, sysconfig as c; print(json.dumps([sys.executable, c.get_path('stdlib'), " +
-    "c.get_path('purelib')]))";
-const SYSTEM = JSON.parse(execFileSync("python3", ["-c", FACTS], { encoding: "utf8" })) as [string, string, string];
-const [SYSTEM_PYTHON, SYSTEM_STDLIB, SYSTEM_SITE] = SYSTEM;
+/**
+ * python3's facts: its installation's executable (a venv's base: run with PYTHONHOME, a venv's own would find its
+ * pyvenv.cfg and be no managed Python), standard library, every site-packages folder it imports from (python3 may be
+ * a venv, whose own folder holds little, over its base's) and the folder its pip is in.
+ */
+const FACTS = "import json, os, sys, sysconfig as c, pip; print(json.dumps([getattr(sys, '_base_executable', " +
+    "sys.executable), c.get_path('stdlib'), " +
+    "[p for p in sys.path if os.path.basename(p) in ('site-packages', 'dist-packages')], " +
+    "os.path.dirname(pip.__path__[0])]))";
+const SYSTEM = JSON.parse(execFileSync("python3", ["-c", FACTS], { encoding: "utf8" })) as
+    [string, string, string[], string];
+const [SYSTEM_PYTHON, SYSTEM_STDLIB, SYSTEM_SITES, PIP_SITE] = SYSTEM;
 
 /** The environment for pip in tests: no index, no find-links, no config (this machine's points at a torch wheel). */
 export function hermeticPip(env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
@@ -72,14 +79,14 @@ function venv(folder: string, folders: string[]): string {
  * A user's environment with the dependencies and without dice-lsp.
  */
 export function venvWithDependencies(folder: string): string {
-    return venv(folder, [SYSTEM_SITE]);
+    return venv(folder, SYSTEM_SITES);
 }
 
 /** A venv that has pip (python3's, through a folder that holds only it) and nothing else. */
 export function venvWithPipOnly(folder: string): string {
     const pipOnly = path.join(folder, "pip-only");
     fs.mkdirSync(pipOnly, { recursive: true });
-    fs.symlinkSync(path.join(SYSTEM_SITE, "pip"), path.join(pipOnly, "pip"));
+    fs.symlinkSync(path.join(PIP_SITE, "pip"), path.join(pipOnly, "pip"));
     return venv(path.join(folder, "venv"), [pipOnly]);
 }
 
@@ -97,7 +104,7 @@ export function externallyManagedPython(folder: string): string {
             fs.symlinkSync(path.join(SYSTEM_STDLIB, name), path.join(stdlib, name));
         }
     }
-    fs.symlinkSync(path.join(SYSTEM_SITE, "pip"), path.join(stdlib, "site-packages", "pip"));
+    fs.symlinkSync(path.join(PIP_SITE, "pip"), path.join(stdlib, "site-packages", "pip"));
     fs.writeFileSync(path.join(stdlib, "EXTERNALLY-MANAGED"), "[externally-managed]\nError=Use apt, or a venv.\n");
     const python = path.join(folder, "python3");
     fs.writeFileSync(python, `#!/bin/sh\nPYTHONHOME='${home}' exec '${SYSTEM_PYTHON}' "$@"\n`, { mode: 0o755 });
