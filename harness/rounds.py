@@ -12,7 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
-from dice_lsp.harness import findings, process, samples, timing
+from dice_lsp.harness import findings, process, samples
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import CompareTimed, Failed, HandTimed, Time, TimedCall
 from dice_lsp.harness.report import Report, Timing
@@ -54,7 +54,7 @@ def time_sides(check: Any, reference: Any, solution: Any) -> Report | None:
             # costs a quarter of a percent of a 2 s re-check)
             # On the CPU a first round warms every placement of the inputs twice (`timing.measure`); the warm-up
             # forwards agreed are what the CPU the kernel counts may spend beyond the timed calls
-            warmup = (max(options.warmup_trials, 2 * timing.PLACEMENTS) if cpu else options.warmup_trials) \
+            warmup = (max(options.warmup_trials, 2 * samples.PLACEMENTS) if cpu else options.warmup_trials) \
                 if turn == 0 else 1
             warm_s = options.warmup_s if turn == 0 else options.warmup_s / 4
             for name, worker, compiled in sides if turn % 2 == 0 else sides[::-1]:

@@ -11,6 +11,10 @@ import os
 import statistics
 from typing import Any
 
+# copies of the timed inputs at different addresses, taken in turn trial by trial (`timing.placements`); here, where
+# the caller reads it without loading torch (`rounds.time_sides` agrees a first round's warm-up by it)
+PLACEMENTS = 8
+
 
 def summary(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)

@@ -18,7 +18,7 @@ import torch
 
 from dice_lsp.harness import inspect as runtime
 from dice_lsp.harness import verify
-from dice_lsp.harness.samples import summary
+from dice_lsp.harness.samples import PLACEMENTS, summary
 
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time
@@ -32,7 +32,6 @@ _synchronize = torch.cuda.synchronize
 _sleep = torch.cuda._sleep
 COVER_CAP_MS = 5.0  # longest GPU wait queued before a trial's start event (see `measure`)
 WARM_QUEUE_S = 0.01  # warm-up forwards queued at once: at most `warmup`, and no more than this much GPU time
-PLACEMENTS = 8  # copies of the timed inputs at different addresses, taken in turn trial by trial (see `placements`)
 PLACEMENT_BYTES = 64 << 20  # what those copies together, and the outputs held back, may take of the GPU's memory
 
 
