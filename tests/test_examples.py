@@ -43,7 +43,7 @@ def test_the_cpp_example_is_correct_on_the_cpu(shared_build_cache):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["status"] == "correct", report["message"]
-    assert report["device"] == "cpu" and report["speedup_eager"] > 0
+    assert report["device"] == "cpu" and (report["speedup_eager"] or 0) > 0, report["findings"]  # what withheld it
     # Nothing about the kernel; a busy machine may add a warning about the check itself (timing-unstable)
     assert not [f for f in report["findings"] if f["code"] not in ABOUT_THE_CHECK], report["findings"]
     assert all(trial["max_abs_error"] == 0 for trial in report["trials"])  # the same arithmetic, to the bit
