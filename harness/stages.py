@@ -269,7 +269,7 @@ def _save_outputs(side: Side, exchange: Path) -> None:
 # cause: each of the comparison's elementwise passes is a parallel region over one intra-op thread per core, and with
 # the cores shared every region waits on a descheduled thread. A few threads leave the spares room.
 COMPARE_THREADS = 4
-INSPECT_KEEP_BYTES = 1 << 30  # the inspected calls' outputs kept to draw one from; past this, the last call's only
+INSPECT_KEEP_BYTES = 1 << 30  # the profiled calls' outputs kept to check (`inspect`); past this, the latest ones
 
 
 def compare(side: Side, command: Compare) -> Compared:
@@ -347,12 +347,12 @@ def inspect(side: Side, command: Inspect) -> Inspected:
         given = [verify.clone(t) for t in inputs]  # forward may write into them
         calls: list[Any] = []
 
-        def forward() -> None:
+        def forward() -> None:  # runs inside the profiler's ranges: as little of its own as can be
             out = side.model(*given)
             if _profiled():  # the calls whose work the profile describes
                 calls.append(out)
-            while len(calls) > 1 and _bytes([t for call in calls for t in verify.flatten(call)]) > INSPECT_KEEP_BYTES:
-                calls.pop(0)
+                if len(calls) > 1 and len(calls) * _bytes(verify.flatten(out)) > INSPECT_KEEP_BYTES:
+                    del calls[0]  # the same inputs each call: outputs of one size
 
         side.work = runtime.work(forward, list(command.kernels), getattr(side.module, "__file__", "") or "",
                                  side.device)
