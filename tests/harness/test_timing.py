@@ -178,6 +178,15 @@ def _state(pid: int) -> str:
         return stat.read().rsplit(")", 1)[1].split()[0]  # R, S, T (stopped), ...
 
 
+def _status(pid: int) -> str:
+    """State, parent and signal masks of `pid`, for a failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as error:
+        return str(error)
+    return ", ".join(line for line in lines if line.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd", "SigBlk"))
+
+
 def _stops(pid: int) -> bool:
     """Whether `pid` is stopped, waiting until it is: a process takes SIGSTOP when it next runs, which on a loaded
     machine (or in the middle of its exec) may be a while after the signal was sent. One never stopped fails the
@@ -222,17 +231,24 @@ def test_spares_stopped_when_their_caller_dies_are_continued_and_end(tmp_path):
         "options = Options(device='cpu')\n"
         "pool.fill(options)\n"
         "spares = pool.spares(options)\n"
+        "state = lambda pid: open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
         "with pool.quiet():\n"
+        "    hang = time.monotonic() + 300  # a hang guard that says what it saw, not a bound on speed\n"
         "    for w in spares:  # killed only once both are stopped, so the guard has something to continue\n"
-        "        while open(f'/proc/{w.pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'T':\n"
+        "        while state(w.pid) != 'T':\n"
+        "            if time.monotonic() > hang:\n"
+        "                print('never stopped:', [(s.role, s.pid, s.process.pid, s.process.poll(), state(s.pid))\n"
+        "                                        for s in spares], open(w.log_path).read()[-2000:], flush=True)\n"
+        "                os._exit(3)\n"
         "            time.sleep(0.02)\n"
         "    print(' '.join(str(w.pid) for w in spares), flush=True)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n")
     root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root,
                           env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr)
     pids = [int(p) for p in done.stdout.split()]
-    assert done.returncode == -9 and len(pids) == 2, done.stderr
+    assert len(pids) == 2, done.stdout
 
     def alive(pid: int) -> bool:
         try:
@@ -240,8 +256,13 @@ def test_spares_stopped_when_their_caller_dies_are_continued_and_end(tmp_path):
         except FileNotFoundError:
             return False
 
-    try:  # they end (waited for, not timed); spares left stopped never do, and fail the test at pytest's timeout
+    try:  # they end (waited for, not timed); spares left stopped never do. The guard below turns such a hang into
+        # a failure that names each one's state and parent, before pytest's timeout would end the run unexplained
+        hang = time.monotonic() + 300
         while any(alive(pid) for pid in pids):
+            if time.monotonic() > hang:
+                pytest.fail("spares still alive after their caller died: " + "; ".join(
+                    f"{pid}: {_status(pid)}" for pid in pids if alive(pid)))
             time.sleep(0.1)
     finally:
         for pid in pids:  # leave nothing behind, whatever the outcome
