@@ -4,12 +4,14 @@ and `check` finds the solution correct on the CPU (it needs only a C++ compiler)
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from dice_lsp.cli import build_parser
 from dice_lsp.evaluation.metrics import ABOUT_THE_CHECK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +49,33 @@ def test_the_cpp_example_is_correct_on_the_cpu(shared_build_cache):
     # Nothing about the kernel; a busy machine may add a warning about the check itself (timing-unstable)
     assert not [f for f in report["findings"] if f["code"] not in ABOUT_THE_CHECK], report["findings"]
     assert all(trial["max_abs_error"] == 0 for trial in report["trials"])  # the same arithmetic, to the bit
+
+
+def _shown_commands(document: Path) -> list[list[str]]:
+    """The `dice-lsp ...` command lines of `document`'s code blocks (indented four spaces), comments dropped."""
+    commands = []
+    for line in document.read_text().splitlines():
+        if line.startswith("    ") and "dice-lsp " in line:
+            words = shlex.split(line.split("dice-lsp ", 1)[1], comments=True)
+            if words[0] != "serve":  # `serve` speaks LSP on stdin: nothing to read or write here
+                commands.append(words)
+    return commands
+
+
+@pytest.mark.parametrize("document", ["README.md", "examples/README.md"])
+def test_the_commands_the_readmes_show_parse_and_read_only_files_that_exist_or_were_written_before(document):
+    """A newcomer copies these lines in order: each must be one the CLI takes, and every file one reads must be in
+    the checkout or written by an earlier line (`--out`). The examples' `generate` once had no `--out`, so it printed
+    the code and the next line's `check` found no file."""
+    written: set[str] = set()
+    commands = _shown_commands(ROOT / document)
+    assert commands, f"{document} shows no dice-lsp command"
+    for words in commands:
+        args = build_parser().parse_args(words)  # exits (SystemExit) on a command line the CLI does not take
+        out = str(args.out) if getattr(args, "out", None) else None
+        for word in words:
+            if word.endswith(".py") and word != out:
+                assert (ROOT / word).is_file() or word in written, f"{document}: `dice-lsp {' '.join(words)}` reads " \
+                    f"{word}, which no earlier line writes"
+        if out:
+            written.add(out)
