@@ -33,7 +33,7 @@ train() {
     local favor=()
     [ -n "${FAVOR_FAST-benchmarks/default_model/template_speedups.json}" ] &&
         favor=(--favor-fast "${FAVOR_FAST-benchmarks/default_model/template_speedups.json}")
-    dice data tasks "$work/train.jsonl" --count "${TASKS:-20000}" --seed 1 "${favor[@]}" | tee "$logs/tasks.log"
+    dice data tasks "$work/train.jsonl" --force --count "${TASKS:-20000}" --seed 1 "${favor[@]}" | tee "$logs/tasks.log"
     rm -rf "$work/heldout"
     dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-48}" --seed 2 | tee -a "$logs/tasks.log"
     # The GPU checks of the data run beside training, on the CPU cores it leaves: every template (PER_TEMPLATE instances,
@@ -103,7 +103,7 @@ evaluate() {
 # More SFT from the bundled model's weights and tokenizer, on fresh tasks of the training split (the held-out split
 # never enters), at a lower learning rate; then both models on the same held-out tasks, in the same call.
 more_from_bundled() {
-    dice data tasks "$work/train.jsonl" --count "${TASKS:-12000}" --seed "${SEED:-4}" | tee "$logs/tasks.log"
+    dice data tasks "$work/train.jsonl" --force --count "${TASKS:-12000}" --seed "${SEED:-4}" | tee "$logs/tasks.log"
     rm -rf "$work/heldout"
     dice data tasks "$work/heldout" --kernelbench --split heldout --count "${HELDOUT:-40}" --seed 2 | tee -a "$logs/tasks.log"
     cp -r engine/bundled "$work/init"
@@ -114,8 +114,8 @@ more_from_bundled() {
 
 # The curate step on its own: a sample of the training tasks through the harness on the GPU, counts and reasons kept.
 curate_sample() {
-    dice data tasks "$work/sample.jsonl" --count "${CURATE:-48}" --seed "${SEED:-4}" | tee "$logs/curate.log"
-    timeout "${CURATE_LIMIT:-400}" python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" \
+    dice data tasks "$work/sample.jsonl" --force --count "${CURATE:-48}" --seed "${SEED:-4}" | tee "$logs/curate.log"
+    timeout "${CURATE_LIMIT:-400}" python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --force \
         --min-speedup 0 --workers "$workers" --no-progress 2>&1 | tee -a "$logs/curate.log"
     cp "$work/curated.jsonl" "$logs/" 2>/dev/null
     tar -C "$work" -cf "$out/logs-curate.tar" logs

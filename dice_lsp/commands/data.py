@@ -13,6 +13,7 @@ from dice_lsp.commands.arguments import device, number, positive
 from dice_lsp.commands.errors import CommandError
 from dice_lsp.commands.terminal import shown
 from dice_lsp.engine.errors import EngineError
+from dice_lsp.evaluation.sources import write_atomically
 from dice_lsp.harness import Options
 from dice_lsp.train.curate import curate
 from dice_lsp.train.tasks import FAMILIES, SPLITS, generate, speed_weights
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     curate.add_argument("--workers", type=positive, default=None, help="parallel builds (default: all cores)")
     curate.add_argument("--json", action="store_true", help="print the counts as JSON")
     curate.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    curate.add_argument("--force", action="store_true", help="replace OUT where it exists (default: refuse)")
     curate.set_defaults(run=run_curate)
     tasks = actions.add_parser("tasks", help="generate KernelBench tasks with solutions correct by construction")
     tasks.add_argument("target", metavar="OUT", help="JSONL of {reference, solution, family, template, split}")
@@ -53,16 +55,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="JSON of measured template speedups against eager (benchmarks/tasks_verify.py --json): "
                             "draw each template in proportion to its speedup, clamped to 0.25-2")
     tasks.add_argument("--json", action="store_true", help="print what was written (count, split, families) as JSON")
+    tasks.add_argument("--force", action="store_true",
+                       help="replace OUT where it exists (default: refuse): a file is written anew; with "
+                            "--kernelbench, the problem and solution files already in OUT's level folders go first")
     tasks.set_defaults(run=run_tasks)
 
 
 def run_curate(args: argparse.Namespace) -> int:
+    _writable_file(Path(args.target), args.force)  # before the checks, which may take hours
     options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none", sandbox=args.sandbox)
     try:
-        result = curate(args.source, args.target, args.min_speedup, options, args.workers,
-                        progress=not args.no_progress)
+        result = curate(args.source, args.min_speedup, options, args.workers, progress=not args.no_progress)
     except EngineError as error:
         raise CommandError(str(error)) from None
+    try:
+        write_atomically(Path(args.target), "".join(result.lines))
+    except OSError as error:
+        raise CommandError(f"cannot write {args.target}: {error.strerror or error}") from None
     if args.json:
         print(json.dumps({"kept": result.kept, "total": result.total, "dropped": result.reasons}, indent=2))
         return 0
@@ -85,17 +94,19 @@ def run_tasks(args: argparse.Namespace) -> int:
                                                     for v in speedups.values()):
             raise CommandError(f"{args.favor_fast} must map \"family/template\" to a speedup (a number or null)")
         weights = speed_weights(speedups)
+    target = Path(args.target)
+    stale = _kernelbench_files(target, args.force) if args.kernelbench else _writable_file(target, args.force)
     try:
         tasks = generate(args.seed, args.count, args.families, args.split, weights)
     except EngineError as error:
         raise CommandError(str(error)) from None
     try:
+        for path in stale:
+            path.unlink()
         if args.kernelbench:
-            write_kernelbench(tasks, Path(args.target))
+            write_kernelbench(tasks, target)
         else:
-            with Path(args.target).open("w", encoding="utf-8") as out:
-                for task in tasks:
-                    out.write(json.dumps(task.record()) + "\n")
+            write_atomically(target, "".join(json.dumps(task.record()) + "\n" for task in tasks))
     except OSError as error:
         raise CommandError(f"cannot write {args.target}: {error.strerror or error}") from None
     families = dict(sorted(Counter(task.family for task in tasks).items()))
@@ -109,11 +120,33 @@ def run_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _writable_file(target: Path, force: bool) -> list[Path]:
+    """Refuse to write over an existing file unless `force`: OUT may be a curated set that took hours to check."""
+    if target.is_dir():
+        raise CommandError(f"{target} is a folder; name a file for the JSONL (a KernelBench folder is --kernelbench)")
+    if target.exists() and not force:
+        raise CommandError(f"{target} exists; name a new file, or pass --force to replace it")
+    return []
+
+
+def _kernelbench_files(root: Path, force: bool) -> list[Path]:
+    """The problem and solution files already in `root`'s level folders: new tasks written among them would be
+    scored together by `eval` (tasks are numbered from 1 each time, so a smaller set leaves the old tail in place).
+    Refused unless `force`, which removes them before the new ones are written."""
+    if root.exists() and not root.is_dir():
+        raise CommandError(f"{root} is a file; --kernelbench writes a folder")
+    found = sorted([*root.glob("level*/*.py"), *root.glob("solutions/level*/*.py")])
+    if found and not force:
+        raise CommandError(f"{root} already holds {len(found)} problem and solution files ({found[0]}, ...); the new "
+                           "tasks would be mixed with them: name a new folder, or pass --force to replace them")
+    return found
+
+
 def write_kernelbench(tasks, root: Path) -> None:
     """Tasks as problem files (reference only) and their solutions, named as `dice-lsp eval` reads them."""
-    for number, task in enumerate(tasks, 1):
+    for index, task in enumerate(tasks, 1):
         level = f"level{2 if task.family == 'fusion' else 1}"
-        name = f"{number}_{task.family}_{task.template}.py"
+        name = f"{index}_{task.family}_{task.template}.py"
         for folder, text in ((root / level, task.reference), (root / "solutions" / level, task.solution)):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text(text, encoding="utf-8")

@@ -20,6 +20,7 @@ class Curation:
     kept: int = 0
     total: int = 0
     reasons: dict[str, int] = field(default_factory=dict)  # why pairs were dropped, with counts
+    lines: list[str] = field(default_factory=list)  # the kept records, JSONL lines with their speedup, in IN's order
 
 
 def verdict(report: Report, min_speedup: float) -> str | None:
@@ -37,9 +38,9 @@ def verdict(report: Report, min_speedup: float) -> str | None:
     return None
 
 
-def curate(source, target, min_speedup: float = 2.0, options: Options | None = None, workers: int | None = None,
+def curate(source, min_speedup: float = 2.0, options: Options | None = None, workers: int | None = None,
            progress: bool = False) -> Curation:
-    """Check every pair in batch mode (all built first, then each checked) and write the kept ones to `target`;
+    """Check every pair in batch mode (all built first, then each checked) and keep the ones that pass (`verdict`);
     `progress` shows a bar on stderr that moves as each check ends."""
     pairs = read_pairs(source)
     # model-written candidates: only inside the sandbox, never without it
@@ -52,7 +53,6 @@ def curate(source, target, min_speedup: float = 2.0, options: Options | None = N
             bar.set_description("checking")
             bar.update()
     result = Curation(total=len(pairs))
-    lines = []
     raw_lines = [line for line in Path(source).read_text(encoding="utf-8").splitlines() if line.strip()]
     for raw, report in zip(raw_lines, reports):
         reason = verdict(report, min_speedup)
@@ -61,8 +61,6 @@ def curate(source, target, min_speedup: float = 2.0, options: Options | None = N
             continue
         record = json.loads(raw)
         record["speedup"] = report.speedup_eager
-        lines.append(json.dumps(record) + "\n")
+        result.lines.append(json.dumps(record) + "\n")
         result.kept += 1
-    Path(target).parent.mkdir(parents=True, exist_ok=True)
-    Path(target).write_text("".join(lines), encoding="utf-8")
     return result
