@@ -51,7 +51,7 @@ train() {
     ) &
     checks=$!
     # shellcheck disable=SC2086
-    dice train init --data "$work/train.jsonl" --out "$work/init" ${INIT_ARGS:-} | tee "$logs/init.log"
+    dice train init --data "$work/train.jsonl" --out "$work/init" --force ${INIT_ARGS:-} | tee "$logs/init.log"
     sft --no-resume
     echo "$checks" >"$work/checks.pid"
 }

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from dice_lsp.commands.arguments import count, device, number, positive
 from dice_lsp.commands.decoding import add_decoding_options
@@ -82,6 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, help_text in SHAPE_OPTIONS:
         init.add_argument("--" + name.replace("_", "-"), type=positive, default=None, help=help_text)
     init.add_argument("--seed", type=int, default=0, help="for the random weights (default 0)")
+    init.add_argument("--force", action="store_true",
+                      help="replace OUT where it holds anything (default: refuse; it may be a trained model)")
     init.set_defaults(run=run_init)
     sft = stages.add_parser("sft", help="block-diffusion supervised fine-tuning")
     _common(sft, 1e-5)
@@ -140,6 +143,11 @@ def _guarded(action):
 def run_init(args: argparse.Namespace) -> int:
     from dice_lsp.train.scratch import Shape, new_model  # torch: see the note at the top
 
+    out = Path(args.out)
+    if out.is_file() or (out.is_dir() and any(out.iterdir()) and not args.force):
+        what = "is a file" if out.is_file() else "is not empty (a checkpoint of an earlier run?)"
+        raise CommandError(f"{out} {what}; name a new directory" + ("" if out.is_file() else
+                                                                  ", or pass --force to replace it"))
     shape = Shape(**{name: getattr(args, name) for name, _ in SHAPE_OPTIONS if getattr(args, name) is not None})
     summary = _guarded(lambda: new_model(args.data, args.out, shape, args.seed))
     print(json.dumps(summary, indent=2))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -115,3 +116,19 @@ def test_kernelbench_layout_is_what_eval_reads(tmp_path, capsys):
         assert "class Model(" in problem.read() and "ModelNew" not in problem.read()
         found = solution_files(root / "solutions", problem)
         assert list(found) == [0] and "class ModelNew(" in found[0].read_text()
+
+
+def test_init_never_replaces_a_checkpoint_unless_forced(scratch_model, tasks_jsonl, tmp_path, capsys):
+    """OUT may be a trained model (`train sft --out` of an earlier run): init refuses it before any work."""
+    out = tmp_path / "run"
+    shutil.copytree(scratch_model, out)
+    (out / "trained.marker").write_text("hours of SFT")
+    assert main(["train", "init", "--data", str(tasks_jsonl), "--out", str(out), *SMALL]) == 2
+    assert capsys.readouterr().err.strip() == f"dice-lsp train: {out} is not empty (a checkpoint of an earlier " \
+                                              "run?); name a new directory, or pass --force to replace it"
+    assert (out / "trained.marker").read_text() == "hours of SFT"
+    assert main(["train", "init", "--data", str(tasks_jsonl), "--out", str(out), *SMALL, "--force"]) == 0
+    assert not (out / "trained.marker").exists() and (out / "config.json").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty folder made for it is fine
+    assert main(["train", "init", "--data", str(tasks_jsonl), "--out", str(empty), *SMALL]) == 0
