@@ -15,7 +15,7 @@ from dice_lsp.commands.terminal import shown
 from dice_lsp.engine.errors import EngineError
 from dice_lsp.evaluation.sources import write_atomically
 from dice_lsp.harness import Options
-from dice_lsp.train.curate import curate
+from dice_lsp.train.curate import curate, journal_path
 from dice_lsp.train.tasks import FAMILIES, SPLITS, generate, speed_weights
 
 
@@ -65,13 +65,18 @@ def run_curate(args: argparse.Namespace) -> int:
     _writable_file(Path(args.target), args.force)  # before the checks, which may take hours
     options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none", sandbox=args.sandbox)
     try:
-        result = curate(args.source, args.min_speedup, options, args.workers, progress=not args.no_progress)
+        result = curate(args.source, args.min_speedup, options, args.workers, progress=not args.no_progress,
+                        journal=journal_path(args.target))
     except EngineError as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # the journal beside OUT (IN's own errors are EngineErrors)
+        raise CommandError(f"cannot use {error.filename or journal_path(args.target)}: {error.strerror or error}") \
+            from None
     try:
         write_atomically(Path(args.target), "".join(result.lines))
     except OSError as error:
         raise CommandError(f"cannot write {args.target}: {error.strerror or error}") from None
+    journal_path(args.target).unlink(missing_ok=True)  # its checks are in OUT now
     if args.json:
         print(json.dumps({"kept": result.kept, "total": result.total, "dropped": result.reasons}, indent=2))
         return 0

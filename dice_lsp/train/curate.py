@@ -5,7 +5,10 @@ Runs the harness in batch mode over a JSONL of {reference, solution}; says how m
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,18 +41,64 @@ def verdict(report: Report, min_speedup: float) -> str | None:
     return None
 
 
+def journal_path(target) -> Path:
+    """Where a curation into `target` keeps each finished check until it writes `target`: beside it, hidden."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.checked.jsonl")
+
+
+def _key(options: Options, reference: str, solution: str) -> str:
+    """A check's identity: the pair and every option that shapes its report."""
+    text = json.dumps([repr(options), reference, solution])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _journaled(journal: Path) -> dict[str, Report]:
+    """The reports an earlier run of the same curation finished; a line cut short by a kill is skipped."""
+    done = {}
+    try:
+        lines = journal.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return done
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            done[entry["key"]] = Report.from_json(entry["report"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
+
+
 def curate(source, min_speedup: float = 2.0, options: Options | None = None, workers: int | None = None,
-           progress: bool = False) -> Curation:
+           progress: bool = False, journal: Path | None = None) -> Curation:
     """Check every pair in batch mode (all built first, then each checked) and keep the ones that pass (`verdict`);
-    `progress` shows a bar on stderr that moves as each check ends."""
+    `progress` shows a bar on stderr that moves as each check ends. `journal`: a file each finished check is
+    appended to as it ends, and read first, so a curation stopped midway (hours of checks on a large set) goes on
+    where it stopped; a pair and options it holds are not checked again."""
     pairs = read_pairs(source)
     # model-written candidates: only inside the sandbox, never without it
     options = options or Options(baseline="eager" if min_speedup > 0 else "none", sandbox="require")
-    reports: list[Report | None] = [None] * len(pairs)
-    with tqdm(total=len(pairs), unit="pair", desc="building, then checking", disable=not progress,
-              dynamic_ncols=True) as bar:
-        for index, report in check_each([(p.reference, p.solution) for p in pairs], options, workers):
+    keys = [_key(options, p.reference, p.solution) for p in pairs]
+    earlier = _journaled(journal) if journal is not None else {}
+    reports: list[Report | None] = [earlier.get(key) for key in keys]
+    todo = [index for index, report in enumerate(reports) if report is None]
+    if len(todo) < len(pairs):
+        print(f"resuming: {len(pairs) - len(todo)} of {len(pairs)} pairs were checked by an earlier run "
+              f"({journal})", file=sys.stderr)
+    if journal is not None and todo:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(journal, "a", encoding="utf-8")) if journal is not None and todo else None
+        bar = stack.enter_context(tqdm(total=len(pairs), initial=len(pairs) - len(todo), unit="pair",
+                                       desc="building, then checking", disable=not progress, dynamic_ncols=True))
+        checks = check_each([(pairs[i].reference, pairs[i].solution) for i in todo], options, workers) if todo \
+            else iter(())
+        for position, report in checks:
+            index = todo[position]
             reports[index] = report
+            if log is not None:
+                log.write(json.dumps({"key": keys[index], "report": json.loads(report.to_json())}) + "\n")
+                log.flush()
             bar.set_description("checking")
             bar.update()
     result = Curation(total=len(pairs))
