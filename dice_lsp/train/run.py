@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import math
 import random
 import time
@@ -66,6 +67,8 @@ class Run:
         distributed.barrier(self.world)
         seed_everything(config.seed + self.world.rank)
         resume_from = checkpoints.latest(self.out) if config.resume else None
+        if resume_from is not None:
+            self._same_run(resume_from)
         start = config.model if (resume_from is None or config.lora_rank) else str(resume_from)
         loaded = load(start, device=str(self.device), dtype="float32")  # fp32 master weights
         self.tokenizer, self.model_config = loaded.tokenizer, loaded.config
@@ -202,6 +205,20 @@ class Run:
         distributed.barrier(self.world)
         return path
 
+    def _same_run(self, checkpoint: Path) -> None:
+        """Refuse to resume a run that started from another model (or another LoRA rank) than this command names:
+        the checkpoint's weights would be trained on as if they were the named model's, and run.json rewritten to
+        say they were."""
+        try:
+            earlier = json.loads((self.out / "run.json").read_text())
+        except (OSError, ValueError):
+            return  # a run from before run.json, or one cut short before writing it: nothing to hold it to
+        for field, shown in (("model", "the model"), ("lora_rank", "--lora-rank")):
+            if field in earlier and not _same(earlier[field], getattr(self.config, field)):
+                raise TrainError(f"{self.out} holds a run that started from {shown} {earlier[field]!r} (its latest "
+                                 f"checkpoint: {checkpoint.name}), and this command names {getattr(self.config, field)!r}:"
+                                 " name another --out, or pass --no-resume to start over there")
+
     def _restore(self, path: Path) -> None:
         info = checkpoints.read_trainer(path, "state.json")
         if info.get("kind") != self.kind:
@@ -281,3 +298,10 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _same(earlier, now) -> bool:
+    """Two settings of a run alike; model paths alike when they name the same folder, however written."""
+    if isinstance(earlier, str) and isinstance(now, str) and os.path.exists(earlier) and os.path.exists(now):
+        return os.path.samefile(earlier, now)
+    return earlier == now

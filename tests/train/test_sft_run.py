@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -65,3 +66,30 @@ def test_killed_run_resumes_to_the_same_weights(sft_command, cli_env, tmp_path):
         assert torch.equal(a[name], b[name]), name
     steps_logged = [json.loads(line)["step"] for line in (killed_out / "metrics.jsonl").read_text().splitlines()]
     assert steps_logged == list(range(1, steps + 1))
+
+
+@pytest.mark.slow
+def test_a_run_started_from_another_model_is_not_resumed_unless_asked(sft_command, cli_env, tiny_model_dir,
+                                                                      tmp_path):
+    """OUT holds checkpoints of a run from one model; the same --out with another --model is refused, naming both,
+    before anything trains (it would have trained the old weights on, and rewritten run.json to name the new model).
+    The same model written another way resumes; --no-resume starts over."""
+    out, other = tmp_path / "run", tmp_path / "other-model"
+    first = subprocess.run(sft_command(out, 2), env=cli_env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    shutil.copytree(tiny_model_dir, other)
+    command = sft_command(out, 4)
+    command[command.index("--model") + 1] = str(other)
+    refused = subprocess.run(command, env=cli_env, capture_output=True, text=True)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"holds a run that started from the model {str(tiny_model_dir)!r}" in refused.stderr
+    assert f"this command names {str(other)!r}" in refused.stderr and "--no-resume" in refused.stderr
+    assert json.loads((out / "run.json").read_text())["model"] == str(tiny_model_dir)
+
+    again = sft_command(out, 4)  # the same folder through a link: the same model
+    (tmp_path / "link").symlink_to(tiny_model_dir)
+    again[again.index("--model") + 1] = str(tmp_path / "link")
+    resumed = subprocess.run(again, env=cli_env, capture_output=True, text=True)
+    assert resumed.returncode == 0 and '"resumed_from": null' not in resumed.stdout, resumed.stderr[-2000:]
+    fresh = subprocess.run([*command, "--no-resume"], env=cli_env, capture_output=True, text=True)
+    assert fresh.returncode == 0 and '"resumed_from": null' in fresh.stdout, fresh.stderr[-2000:]
