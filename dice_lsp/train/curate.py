@@ -87,6 +87,9 @@ def curate(source, min_speedup: float = 2.0, options: Options | None = None, wor
               f"({journal})", file=sys.stderr)
     if journal is not None and todo:
         journal.parent.mkdir(parents=True, exist_ok=True)
+        if journal.exists() and not journal.read_bytes().endswith(b"\n") and journal.stat().st_size:
+            with open(journal, "a", encoding="utf-8") as cut:  # a line a kill cut short: the next starts afresh
+                cut.write("\n")
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(journal, "a", encoding="utf-8")) if journal is not None and todo else None
         bar = stack.enter_context(tqdm(total=len(pairs), initial=len(pairs) - len(todo), unit="pair",

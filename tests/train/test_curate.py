@@ -91,5 +91,13 @@ def test_a_journaled_check_is_taken_as_it_was(tmp_path, capsys):
                                    "report": json.loads(report.to_json())}) + "\n" + '{"key": "cut sh')
     result = curate(source, 0.0, options, journal=journal)
     assert (result.kept, result.total) == (1, 1) and "resuming: 1 of 1" in capsys.readouterr().err
+
+    # A pair checked now is journaled on a line of its own, after the one the kill cut short
+    pair["solution"] = "still not python ("
+    source.write_text(source.read_text() + json.dumps(pair) + "\n")
+    result = curate(source, 0.0, options, journal=journal)
+    assert (result.kept, result.total) == (1, 2) and "resuming: 1 of 2" in capsys.readouterr().err
+    lines = journal.read_text().splitlines()
+    assert lines[1] == '{"key": "cut sh' and json.loads(lines[2])["report"]["status"] != "correct", lines
     other = Options(device="cpu", baseline="none", sandbox="require", timing_trials=7)
     assert _key(other, pair["reference"], pair["solution"]) != _key(options, pair["reference"], pair["solution"])
