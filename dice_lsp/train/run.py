@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import math
+import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -194,7 +194,7 @@ class Run:
         if self.world.main:
             files["scheduler.pt"] = self.scheduler.state_dict()
             files["state.json"] = {"step": self.step, "kind": self.kind, "world_size": self.world.size,
-                                   "state": self.state, "clock": self.clock}
+                                   "state": self.state, "clock": self.clock, "started_from": self._origin()}
             if self.config.lora_rank:
                 files["adapter.safetensors"] = checkpoints.adapter_of(state)
         checkpoints.write_trainer(staging, self.world.rank, files)
@@ -205,19 +205,31 @@ class Run:
         distributed.barrier(self.world)
         return path
 
+    def _origin(self) -> dict:
+        """What this run started from, kept in each checkpoint: the model as named and the folder it named then."""
+        model = self.config.model
+        return {"model": model, "folder": os.path.realpath(model) if os.path.isdir(model) else None,
+                "lora_rank": self.config.lora_rank}
+
     def _same_run(self, checkpoint: Path) -> None:
-        """Refuse to resume a run that started from another model (or another LoRA rank) than this command names:
-        the checkpoint's weights would be trained on as if they were the named model's, and run.json rewritten to
-        say they were."""
+        """Refuse to resume a checkpoint of a run that started from another model (or another LoRA rank) than this
+        command names: its weights would be trained on as if they were the named model's. Held against the
+        checkpoint itself, not run.json, which says only what the last command asked."""
         try:
-            earlier = json.loads((self.out / "run.json").read_text())
-        except (OSError, ValueError):
-            return  # a run from before run.json, or one cut short before writing it: nothing to hold it to
-        for field, shown in (("model", "the model"), ("lora_rank", "--lora-rank")):
-            if field in earlier and not _same(earlier[field], getattr(self.config, field)):
-                raise TrainError(f"{self.out} holds a run that started from {shown} {earlier[field]!r} (its latest "
-                                 f"checkpoint: {checkpoint.name}), and this command names {getattr(self.config, field)!r}:"
-                                 " name another --out, or pass --no-resume to start over there")
+            earlier = checkpoints.read_trainer(checkpoint, "state.json").get("started_from")
+        except (OSError, ValueError, AttributeError, TrainError):  # _restore says what is wrong with it
+            earlier = None
+        if not isinstance(earlier, dict):
+            return  # written before checkpoints said where they started from: nothing to hold them to
+        now = self._origin()
+        same_model = (earlier.get("folder") == now["folder"]) if earlier.get("folder") and now["folder"] else \
+            earlier.get("model") == now["model"]
+        for differs, shown, field in ((not same_model, "the model", "model"),
+                                      (earlier.get("lora_rank") != now["lora_rank"], "--lora-rank", "lora_rank")):
+            if differs:
+                raise TrainError(f"{self.out} holds a run that started from {shown} {earlier.get(field)!r} (its "
+                                 f"latest checkpoint: {checkpoint.name}), and this command names {now[field]!r}: "
+                                 "name another --out, or pass --no-resume to start over there")
 
     def _restore(self, path: Path) -> None:
         info = checkpoints.read_trainer(path, "state.json")
@@ -298,10 +310,3 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _same(earlier, now) -> bool:
-    """Two settings of a run alike; model paths alike when they name the same folder, however written."""
-    if isinstance(earlier, str) and isinstance(now, str) and os.path.exists(earlier) and os.path.exists(now):
-        return os.path.samefile(earlier, now)
-    return earlier == now

@@ -93,3 +93,7 @@ def test_a_run_started_from_another_model_is_not_resumed_unless_asked(sft_comman
     assert resumed.returncode == 0 and '"resumed_from": null' not in resumed.stdout, resumed.stderr[-2000:]
     fresh = subprocess.run([*command, "--no-resume"], env=cli_env, capture_output=True, text=True)
     assert fresh.returncode == 0 and '"resumed_from": null' in fresh.stdout, fresh.stderr[-2000:]
+    # The checkpoints now hold the other model's run: the first model is refused in its turn (each checkpoint says
+    # what it started from; run.json only what the last command asked)
+    back = subprocess.run(sft_command(out, 6), env=cli_env, capture_output=True, text=True)
+    assert back.returncode == 2 and f"started from the model {str(other)!r}" in back.stderr, back.stderr[-2000:]
