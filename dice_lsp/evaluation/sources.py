@@ -132,9 +132,27 @@ def generate(reference: str, loaded: Any, decoding: Any, count: int,
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """A kill leaves either the old file or the whole new one, never half of it."""
+    """A kill leaves either the old file or the whole new one, never half of it. The file gets the mode a plain
+    write would give it (mkstemp's is 0600: a dataset or kernel only its writer could read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        file.write(text)
-    os.replace(temporary, path)
+    try:
+        os.fchmod(handle, 0o666 & ~_umask())
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it, process-wide, however briefly: a file another
+    thread created meanwhile would get the wrong mode)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022

@@ -22,6 +22,9 @@ def test_tasks_refuse_an_existing_file_and_replace_it_when_forced(tmp_path, caps
     assert main(["data", "tasks", str(target), "--count", "3", "--force"]) == 0
     assert [json.loads(line)["split"] for line in target.read_text().splitlines()] == ["train"] * 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.jsonl"]  # no partial file left beside it
+    plain = tmp_path / "plain"
+    plain.write_text("")  # written whole, it still gets the mode a plain write gives (not mkstemp's 0600)
+    assert target.stat().st_mode == plain.stat().st_mode
 
 
 def test_tasks_say_why_they_refused(tmp_path, capsys):
