@@ -46,7 +46,7 @@ train() {
             ${VERIFY_TEMPLATES:+--templates $VERIFY_TEMPLATES} ${VERIFY_SHAPES:+--shape-class $VERIFY_SHAPES} \
             --json "$logs/template_speedups.json" \
             >"$logs/verify.log" 2>&1
-        timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --min-speedup 0 \
+        timeout 200 python3 -m dice_lsp data curate "$work/sample.jsonl" "$work/curated.jsonl" --force --min-speedup 0 \
             --workers "$workers" >"$logs/curate.log" 2>&1
     ) &
     checks=$!

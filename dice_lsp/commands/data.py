@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -66,12 +67,9 @@ def run_curate(args: argparse.Namespace) -> int:
     options = Options(device=args.device, baseline="eager" if args.min_speedup > 0 else "none", sandbox=args.sandbox)
     try:
         result = curate(args.source, args.min_speedup, options, args.workers, progress=not args.no_progress,
-                        journal=journal_path(args.target))
+                        journal=journal_path(args.target), tell=lambda line: print(shown(line), file=sys.stderr))
     except EngineError as error:
         raise CommandError(str(error)) from None
-    except OSError as error:  # the journal beside OUT (IN's own errors are EngineErrors)
-        raise CommandError(f"cannot use {error.filename or journal_path(args.target)}: {error.strerror or error}") \
-            from None
     try:
         write_atomically(Path(args.target), "".join(result.lines))
     except OSError as error:

@@ -8,14 +8,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import sys
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
+from dice_lsp import __version__
 from dice_lsp.harness import Options, Report, check_each
 from dice_lsp.train.data import read_pairs
+from dice_lsp.train.errors import TrainError
 
 
 @dataclass
@@ -48,8 +51,8 @@ def journal_path(target) -> Path:
 
 
 def _key(options: Options, reference: str, solution: str) -> str:
-    """A check's identity: the pair and every option that shapes its report."""
-    text = json.dumps([repr(options), reference, solution])
+    """A check's identity: the pair, every option that shapes its report, and the dice-lsp that checked it."""
+    text = json.dumps([__version__, repr(options), reference, solution])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -69,12 +72,43 @@ def _journaled(journal: Path) -> dict[str, Report]:
     return done
 
 
+class _Journal:
+    """The journal open for appending, each finished check a line of its own; an error opening or writing it names
+    the journal (and no other error is taken for one)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(path, "a+b")
+            if self.file.tell() and (self.file.seek(-1, os.SEEK_END), self.file.read(1))[1] != b"\n":
+                self.file.write(b"\n")  # a line a kill cut short: the next starts afresh
+        except OSError as error:
+            self._failed(error)
+
+    def add(self, key: str, report: Report) -> None:
+        line = json.dumps({"key": key, "report": json.loads(report.to_json())}) + "\n"
+        try:
+            self.file.write(line.encode())
+            self.file.flush()
+        except OSError as error:
+            self._failed(error)
+
+    def close(self) -> None:
+        self.file.close()
+
+    def _failed(self, error: OSError) -> None:
+        raise TrainError(f"cannot write the curation's journal {self.path}: {error.strerror or error}") from None
+
+
 def curate(source, min_speedup: float = 2.0, options: Options | None = None, workers: int | None = None,
-           progress: bool = False, journal: Path | None = None) -> Curation:
+           progress: bool = False, journal: Path | None = None,
+           tell: Callable[[str], None] = lambda line: None) -> Curation:
     """Check every pair in batch mode (all built first, then each checked) and keep the ones that pass (`verdict`);
     `progress` shows a bar on stderr that moves as each check ends. `journal`: a file each finished check is
     appended to as it ends, and read first, so a curation stopped midway (hours of checks on a large set) goes on
-    where it stopped; a pair and options it holds are not checked again."""
+    where it stopped; a pair and options it holds are not checked again (`tell` hears how many, before the checks
+    start)."""
     pairs = read_pairs(source)
     # model-written candidates: only inside the sandbox, never without it
     options = options or Options(baseline="eager" if min_speedup > 0 else "none", sandbox="require")
@@ -83,15 +117,9 @@ def curate(source, min_speedup: float = 2.0, options: Options | None = None, wor
     reports: list[Report | None] = [earlier.get(key) for key in keys]
     todo = [index for index, report in enumerate(reports) if report is None]
     if len(todo) < len(pairs):
-        print(f"resuming: {len(pairs) - len(todo)} of {len(pairs)} pairs were checked by an earlier run "
-              f"({journal})", file=sys.stderr)
-    if journal is not None and todo:
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        if journal.exists() and not journal.read_bytes().endswith(b"\n") and journal.stat().st_size:
-            with open(journal, "a", encoding="utf-8") as cut:  # a line a kill cut short: the next starts afresh
-                cut.write("\n")
+        tell(f"resuming: {len(pairs) - len(todo)} of {len(pairs)} pairs were checked by an earlier run ({journal})")
     with contextlib.ExitStack() as stack:
-        log = stack.enter_context(open(journal, "a", encoding="utf-8")) if journal is not None and todo else None
+        log = stack.enter_context(contextlib.closing(_Journal(journal))) if journal is not None and todo else None
         bar = stack.enter_context(tqdm(total=len(pairs), initial=len(pairs) - len(todo), unit="pair",
                                        desc="building, then checking", disable=not progress, dynamic_ncols=True))
         checks = check_each([(pairs[i].reference, pairs[i].solution) for i in todo], options, workers) if todo \
@@ -100,8 +128,7 @@ def curate(source, min_speedup: float = 2.0, options: Options | None = None, wor
             index = todo[position]
             reports[index] = report
             if log is not None:
-                log.write(json.dumps({"key": keys[index], "report": json.loads(report.to_json())}) + "\n")
-                log.flush()
+                log.add(keys[index], report)
             bar.set_description("checking")
             bar.update()
     result = Curation(total=len(pairs))
