@@ -141,13 +141,13 @@ def _guarded(action):
 
 
 def run_init(args: argparse.Namespace) -> int:
-    from dice_lsp.train.scratch import Shape, new_model  # torch: see the note at the top
-
     out = Path(args.out)
     if out.is_file() or (out.is_dir() and any(out.iterdir()) and not args.force):
         what = "is a file" if out.is_file() else "is not empty (a checkpoint of an earlier run?)"
         raise CommandError(f"{out} {what}; name a new directory" + ("" if out.is_file() else
                                                                   ", or pass --force to replace it"))
+    from dice_lsp.train.scratch import Shape, new_model  # torch: see the note at the top
+
     shape = Shape(**{name: getattr(args, name) for name, _ in SHAPE_OPTIONS if getattr(args, name) is not None})
     summary = _guarded(lambda: new_model(args.data, args.out, shape, args.seed))
     print(json.dumps(summary, indent=2))
