@@ -98,7 +98,11 @@ def run_tasks(args: argparse.Namespace) -> int:
             raise CommandError(f"{args.favor_fast} must map \"family/template\" to a speedup (a number or null)")
         weights = speed_weights(speedups)
     target = Path(args.target)
-    stale = _kernelbench_files(target, args.force) if args.kernelbench else _writable_file(target, args.force)
+    stale: list[Path] = []
+    if args.kernelbench:
+        stale = _kernelbench_files(target, args.force)
+    else:
+        _writable_file(target, args.force)
     try:
         tasks = generate(args.seed, args.count, args.families, args.split, weights)
     except EngineError as error:
@@ -123,13 +127,12 @@ def run_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _writable_file(target: Path, force: bool) -> list[Path]:
+def _writable_file(target: Path, force: bool) -> None:
     """Refuse to write over an existing file unless `force`: OUT may be a curated set that took hours to check."""
     if target.is_dir():
         raise CommandError(f"{target} is a folder; name a file for the JSONL (a KernelBench folder is --kernelbench)")
     if target.exists() and not force:
         raise CommandError(f"{target} exists; name a new file, or pass --force to replace it")
-    return []
 
 
 def _kernelbench_files(root: Path, force: bool) -> list[Path]:
