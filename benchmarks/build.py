@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import fixtures  # noqa: E402
 from dice_lsp import harness  # noqa: E402
 
+POOL = harness.WorkerPool()  # the benchmark's workers: re-checks reuse its kept reference worker, as the server's do
+
 
 def unique(text: str, tag: str) -> str:
     """The CUDA fixture under a fresh extension name, so nothing is cached anywhere."""
@@ -41,7 +43,7 @@ def plain_build(source: str) -> float:
 
 def check_seconds(reference: str, solution: str, options) -> tuple[float, object]:
     started = time.perf_counter()
-    report = harness.check(reference, solution, options)
+    report = harness.check(reference, solution, options, pool=POOL)
     return time.perf_counter() - started, report
 
 
@@ -132,7 +134,7 @@ def main() -> None:
             checks(reference, fixture, options, args, row, speedups)
         finished = True
     finally:
-        harness.close_spares()
+        POOL.close()
         record(args.results, rows, speedups, finished, args.sandbox)
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
@@ -141,15 +143,15 @@ def main() -> None:
 def checks(reference: str, fixture: str, options, args, row, speedups: dict[str, list[float]]) -> None:
     """Cold checks (precompiled header to build, then built), then unchanged re-checks a save's pause apart, with the
     reference's 512x512 inputs and then with larger ones. A re-check reuses the reference worker of the check before
-    (kept by `harness.default_pool`); `--fresh` more re-checks per size start a new one each time, for comparison."""
-    pool = harness.default_pool
+    (kept by the benchmark's `POOL`); `--fresh` more re-checks per size start a new one each time, for comparison."""
+    pool = POOL
     seconds, report = check_seconds(reference, unique(fixture, "first"), options)
     row("check, cold, precompiled header not built yet", seconds, report.summary())
     solution = unique(fixture, "second")
     seconds, report = check_seconds(reference, solution, options)
     row("check, cold (header built)", seconds, f"{report.build_mode}; {report.summary()}")
-    harness.keep_warm()
-    harness.check(reference, solution, options)  # starts the spares
+    pool.keep_warm()
+    harness.check(reference, solution, options, pool=pool)  # starts the spares
     time.sleep(5)
     sizes = [512] + ([args.large] if args.large else [])
     for size in sizes:

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import fixtures  # noqa: E402
 from dice_lsp import harness  # noqa: E402
-from dice_lsp.harness import messages, process  # noqa: E402
+from dice_lsp.harness import handover, messages, process  # noqa: E402
 
 
 def main() -> None:
@@ -28,12 +28,12 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=15.0, help="seconds the spares get to warm up")
     parser.add_argument("--slow", type=int, default=0, help="NxN matmul problem instead of the 512x512 add")
     args = parser.parse_args()
-    pool = harness.default_pool
+    pool = harness.WorkerPool()
     options = harness.Options(cache_dir=args.cache or tempfile.mkdtemp(prefix="dice-steps-"),
                               baseline="both" if args.slow else "eager")
     reference_text, solution_text = fixtures.matmul(args.slow) if args.slow else fixtures.add()
     started = time.perf_counter()
-    report = harness.check(reference_text, solution_text, options)
+    report = harness.check(reference_text, solution_text, options, pool=pool)
     print(f"filling the cache: {time.perf_counter() - started:.1f} s, {report.summary()}")
 
     pool.keep_warm(2)
@@ -46,7 +46,7 @@ def main() -> None:
         (solution, messages.Build(path=solution.file("solution.py", solution_text), options=cached)),
         (reference, messages.MakeReference(path=reference.file("reference.py", reference_text), options=cached,
                                            exchange=exchange)),
-        (solution, messages.RunSolution(reference=solution.file("inputs.py", process.input_recipe(reference_text)),
+        (solution, messages.RunSolution(reference=solution.file("inputs.py", handover.input_recipe(reference_text)),
                                         outputs=solution.inner_scratch, share=True)),
         (reference, messages.Compare(exchange=exchange)),
         (reference, messages.Time()),
@@ -60,8 +60,8 @@ def main() -> None:
         started = time.perf_counter()
         answer = worker.call(command, 120)
         if isinstance(command, messages.RunSolution):
-            process.take_outputs(solution, exchange, options)
-            process.hand_shared(solution, reference)
+            handover.take_outputs(solution, exchange, options)
+            handover.hand_shared(solution, reference)
         waited = time.perf_counter() - started
         cost = answer.cost
         note = f"  failed: {answer.error}" if isinstance(answer, messages.Failed) else ""
@@ -74,7 +74,7 @@ def main() -> None:
     for i in range(3):
         time.sleep(args.settle)
         started = time.perf_counter()
-        report = harness.check(reference_text, solution_text, options)
+        report = harness.check(reference_text, solution_text, options, pool=pool)
         stages = ", ".join(f"{s.name} {s.seconds:.2f}" for s in report.stages)
         print(f"whole check #{i + 1} after {args.settle:.0f} s: {time.perf_counter() - started:.2f} s ({stages})")
     pool.close()

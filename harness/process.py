@@ -5,41 +5,34 @@ A worker that hangs, segfaults or runs out of memory ends only itself; its death
 
 from __future__ import annotations
 
-import ast
 import atexit
 import collections
 import concurrent.futures
 import contextlib
 import functools
 import glob
-import hashlib
 import importlib.util
 import json
 import os
-import re
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 
 import dice_lsp
 from dice_lsp.harness import messages, sandbox
-from dice_lsp.harness.build import Call, Extension
+from dice_lsp.harness.lending import lent
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.options import Options
 
 # The folder that holds the `dice_lsp` package in use, so `python -m dice_lsp.harness.worker` imports this copy.
 _ROOT = str(Path(dice_lsp.__file__).resolve().parent.parent)
-ROLES = ("reference", "solution")  # the roles spares are kept for (a builder is started for each build)
-KEPT_REFERENCES = 2  # reference workers kept between checks while spares are kept (the files being edited)
 # The longest reply line read from a worker: the longest real ones carry a build's compiler output (a few MiB);
 # past this the worker is writing junk (the candidate can reach the reply pipe) and is ended before it fills memory.
 MAX_REPLY_BYTES = 32 << 20
@@ -110,45 +103,6 @@ def worker_user(options: Options, found: sandbox.Status, gpu: bool) -> int:
     return found.user if not gpu or options.unprivileged_gpu and sandbox.gpu_nodes_open_to_all() else 0
 
 
-_lent_lock = threading.Lock()
-_lent: collections.Counter[str] = collections.Counter()  # folders lent now, by how many builds
-
-
-@contextlib.contextmanager
-def lent(folders: list[str], user: int):
-    """`folders`, with all they hold, owned by `user` while a worker running as it writes them, then the caller's
-    again, so nothing outside a worker's life may write them as that user. Overlapping builds share a folder (the
-    shared precompiled header) until the last one ends. Nothing to do when `user` is 0."""
-    if not user:
-        yield
-        return
-    with _lent_lock:
-        for folder in folders:
-            if not _lent[folder]:
-                _chown_tree(folder, user, user)
-            _lent[folder] += 1
-    try:
-        yield
-    finally:
-        with _lent_lock:
-            for folder in folders:
-                _lent[folder] -= 1
-                if not _lent[folder]:
-                    del _lent[folder]
-                    _chown_tree(folder, os.getuid(), os.getgid())
-
-
-def _chown_tree(folder: str, uid: int, gid: int) -> None:
-    """Every file and folder under `folder`, and itself, to uid:gid; links are changed themselves, never followed."""
-    os.chown(folder, uid, gid, follow_symlinks=False)
-    for top, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            try:
-                os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-
-
 def _why_root(options: Options, found: sandbox.Status, gpu: bool) -> str:
     """Why a root caller's sandboxed worker stays root (`sandbox` says what that leaves open)."""
     if not options.unprivileged:
@@ -209,7 +163,7 @@ class Worker:
                  role: str = "solution", writable: tuple[str, ...] = ()) -> None:
         """`warm`: create the CUDA context before the first command (a worker that only builds needs none)."""
         self.role = role
-        self.key = _spare_key(options, extra_env or {}, role)
+        self.key = spare_key(options, extra_env or {}, role)
         found = sandbox_status(options)
         self.sandboxed, self.sandbox_reason = found.available, found.reason
         self.root_reason = ""  # why a root caller's sandboxed worker stayed root, where it did
@@ -481,117 +435,8 @@ class Worker:
         _live.discard(self)
 
 
-def serve_builds(worker: Worker, options: Options, timeout: float, cancel: threading.Event | None = None,
-                 extra_env: dict[str, str] | None = None) -> messages.Reply:
-    """The answer to the Build sent to `worker`, serving on the way each build it asks for (`BuildRequest`) with a
-    builder worker of its own: the candidate's worker cannot write the cache, the builder runs none of its code."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reply = worker.receive(max(0.0, deadline - time.monotonic()), cancel, "build")
-        if not isinstance(reply, messages.BuildRequest):
-            return reply
-        made = build_entry(reply.call, reply.mode, options, max(0.0, deadline - time.monotonic()), cancel, extra_env)
-        worker.answer_build(messages.BuildAnswer(extension=made))
-
-
-def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel: threading.Event | None = None,
-                extra_env: dict[str, str] | None = None) -> Extension:
-    """Make `call`'s cache entry in a builder worker that may write only that entry (and, for a call without flags
-    of the candidate's, the shared precompiled header). A builder that fails or dies is a failed build."""
-    root = Path(options.extensions_dir)
-    entry = call.directory(root)
-    entry.mkdir(parents=True, exist_ok=True)
-    writable = [str(entry)]
-    if call.plain_flags:
-        (root / "pch").mkdir(exist_ok=True)
-        writable.append(str(root / "pch"))
-    builder = Worker(options, extra_env, warm=False, role="builder", writable=tuple(writable))
-    try:
-        made = builder.call(messages.Compile(call=call, cache_dir=str(root), light_build=options.light_build,
-                                             mode=mode), timeout, cancel)
-    except HarnessError as error:
-        if error.kind == "cancelled":
-            raise
-        return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
-                         output=f"the build of {call.name!r} failed: {error}\n{error.log or ''}")
-    finally:
-        builder.close(wait=True)  # ended, and its folders taken back
-    if isinstance(made, messages.Failed):
-        return Extension(call.name, call.key, str(entry), with_cuda=bool(call.cuda), mode=mode or "plain",
-                         output=f"{made.error}\n{made.traceback}")
-    return made.extension
-
-
-def input_recipe(reference: str) -> str:
-    """The reference's file without its class Model: what the solution's worker needs to make the trial inputs
-    (imports, constants, helpers, get_inputs, get_init_inputs) and nothing of the op it must compute. A reference
-    that does not parse is returned as it is (the check has refused it before this is asked)."""
-    try:
-        tree = ast.parse(reference)
-    except SyntaxError:
-        return reference
-    tree.body = [node for node in tree.body if not (isinstance(node, ast.ClassDef) and node.name == "Model")]
-    return ast.unparse(tree) + "\n"
-
 
 BUILDER_NICENESS = 10
-OUTPUTS = ("outputs.pt", "outputs.json")
-SHARED_FILES = 64  # at most this many of a solution's /dev/shm files are handed over
-_SHARED_NAME = re.compile(r"(cuda\.shm\.\d+\.1\.\d+|torch_1_\d+_\d+)")  # what CUDA and torch share as PID 1
-
-
-def hand_shared(solution: Worker, reference: Worker) -> None:
-    """Before the reference worker opens the outputs the solution's worker shared by CUDA IPC: copy the files CUDA's
-    driver and torch wrote for them into the solution's own /dev/shm over to the reference's (each sandbox has its
-    own; the driver looks for the sharing process's file by its PID, 1, in the opener's /dev/shm). Only regular
-    files with those names, as small as that tmpfs; the reference, PID 2 in its sandbox, has none by those names."""
-    if not (solution.sandboxed and reference.sandboxed):
-        return
-    source_dir = Path(f"/proc/{solution.child_pid}/root{sandbox.SHM}")
-    target_dir = Path(f"/proc/{reference.child_pid}/root{sandbox.SHM}")
-    try:
-        names = sorted(n for n in os.listdir(source_dir) if _SHARED_NAME.fullmatch(n))[:SHARED_FILES]
-    except OSError:
-        return
-    for name in names:
-        try:
-            if _copy_regular(source_dir / name, target_dir / name, sandbox.SHM_MB << 20) and reference.user:
-                os.chown(target_dir / name, reference.user, reference.user)  # the driver opens it to write
-        except OSError:
-            continue
-
-
-def take_outputs(solution: Worker, exchange: str, options: Options) -> None:
-    """Copy the outputs the solution's worker wrote into its scratch folder over to the reference's folder.
-    The candidate controls that folder, so only regular files are read (never a link it planted to a file of the
-    user's), no larger than a worker may write; stale copies in the exchange go first."""
-    for name in OUTPUTS:
-        (Path(exchange) / name).unlink(missing_ok=True)
-    for name in OUTPUTS:
-        if _copy_regular(Path(solution.scratch) / name, Path(exchange) / name, options.file_size_limit_mb << 20) \
-                is False:
-            raise HarnessError(f"the solution's {name} is not a regular file of at most "
-                               f"{options.file_size_limit_mb} MiB", "died")
-
-
-def _copy_regular(source: Path, target: Path, limit: int) -> bool | None:
-    """Copy `source`, a path the candidate controls, to `target` (replaced): only a regular file (never a link it
-    planted to a file of the user's, never a pipe) of at most `limit` bytes. None: there is no such file; False:
-    there is, and it is not that."""
-    try:
-        handle = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        found = os.fstat(handle)
-        if not stat.S_ISREG(found.st_mode) or found.st_size > limit:
-            return False
-        target.unlink(missing_ok=True)
-        with open(handle, "rb", closefd=False) as reader, open(target, "xb") as writer:
-            shutil.copyfileobj(reader, writer, 1 << 20)
-        return True
-    finally:
-        os.close(handle)
 
 
 def _stat(pid: int) -> list[str]:
@@ -610,7 +455,7 @@ def _running(pid: int, started: str) -> bool:
     return len(fields) > 19 and fields[19] == started and fields[0] not in ("Z", "X")
 
 
-def _spare_key(options: Options, extra: dict[str, str], role: str = "solution") -> tuple:
+def spare_key(options: Options, extra: dict[str, str], role: str = "solution") -> tuple:
     """What a worker's start fixes (its role, limits, sandbox, GPU or not, environment): a spare serves only checks
     that agree."""
     return (role, options.file_size_limit_mb, options.cpu_time_limit_s, options.memory_limit_gb,
@@ -632,255 +477,3 @@ def _only_child(pid: int) -> int:
             return int(children[0])
         time.sleep(0.001)
     return 0
-
-
-def default_spare_count() -> int:
-    """Two checks' worth of spares (4) where there are 8 cores or more, else one check's (2). A spare needs ~6 s to
-    warm up on the H200 machine (torch, the CUDA context, the profiler's imports); with one check's worth, a save
-    within 6 s of the last took half-warm workers (a 5-6 s re-check instead of 0.6 s), and the second pair covers
-    that."""
-    return 4 if (os.cpu_count() or 1) >= 8 else 2
-
-
-class WorkerPool:
-    """The workers that outlive a check: spares (started, torch imported, waiting for the next check), stopped while
-    any timed region runs, and reference workers kept for the next check of the same reference.
-
-    A pool keeps nothing until `keep_warm` (the server) or `spares_while` (batch mode) says how many spares to keep;
-    reference workers are kept only while spares are. `default_pool` is the process's; tests and batch callers may
-    own another."""
-
-    def __init__(self, kept_references: int = KEPT_REFERENCES) -> None:
-        self.spare_count = 0  # spares kept per configuration (`_spare_key`)
-        self.kept_references = kept_references
-        self._lock = threading.Lock()
-        self._spares: dict[tuple, list[Worker]] = {}
-        self._quiet_depth = 0  # how many timed regions are running now (spares stay stopped while any is)
-        self._guards: list[subprocess.Popen] = []  # one per group of stopped spares: continues them if we die
-        self._kept: collections.OrderedDict[tuple, KeptReference] = collections.OrderedDict()
-
-    def keep_warm(self, count: int | None = None) -> None:
-        """Keep `count` started workers per configuration (None: `default_spare_count()`), so a re-check skips the
-        start-up."""
-        self.spare_count = default_spare_count() if count is None else count
-
-    def fill(self, options: Options, extra_env: dict[str, str] | None = None) -> None:
-        """Start spares for `options` up to the kept count now, rather than at the first check."""
-        for role in ROLES:
-            key = _spare_key(options, extra_env or {}, role)
-            with self._lock:
-                spares = [w for w in self._spares.get(key, []) if w.process.poll() is None]
-                while len(spares) < self._wanted(role):
-                    spares.append(self._spare(options, extra_env, role))
-                self._spares[key] = spares
-
-    def _wanted(self, role: str) -> int:
-        """Spares kept for `role`: a check takes one solution worker, and a reference worker unless one is kept,
-        so `spare_count` is checks' worth of each role, at least one while any are kept."""
-        return max(1, self.spare_count // 2) if self.spare_count else 0
-
-    @contextlib.contextmanager
-    def spares_while(self, count: int):
-        """At least `count` warm spares per configuration while the block runs, the caller's setting after: batch
-        mode starts the next check's workers while the current check runs, so they are warm when it ends."""
-        with self._lock:
-            before = self.spare_count
-            self.spare_count = max(before, count)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.spare_count = before
-            if before == 0:
-                self.close()
-
-    def start(self, options: Options, extra_env: dict[str, str] | None = None, role: str = "solution") -> Worker:
-        """A fresh worker for `role`: a warm spare when one matches, and a new spare started in its place."""
-        key = _spare_key(options, extra_env or {}, role)
-        with self._lock:
-            spares = [w for w in self._spares.get(key, []) if w.process.poll() is None]
-            worker = spares.pop(0) if spares else None
-            while len(spares) < self._wanted(role) - (0 if worker else 1):
-                spares.append(self._spare(options, extra_env, role))
-            self._spares[key] = spares
-        if worker is not None:
-            worker.signal(signal.SIGCONT)  # stopped by a timed region that is still running elsewhere
-        return worker or Worker(options, extra_env, role=role)
-
-    def _spare(self, options: Options, extra_env: dict[str, str] | None, role: str) -> Worker:
-        """A new spare; stopped at once while a timed region runs (called with the lock held)."""
-        worker = Worker(options, extra_env, role=role)
-        if self._quiet_depth:
-            self._stop([worker])
-        return worker
-
-    def spares(self, options: Options | None = None, extra_env: dict[str, str] | None = None) -> list[Worker]:
-        """The spares kept now: for `options` and `extra_env` (every role's), or every configuration's when options
-        is None."""
-        with self._lock:
-            if options is not None:
-                return [w for role in ROLES for w in self._spares.get(_spare_key(options, extra_env or {}, role), [])]
-            return [w for spares in self._spares.values() for w in spares]
-
-    @contextlib.contextmanager
-    def quiet(self):
-        """Every spare stopped (SIGSTOP) while the block runs, continued after: a spare warming up (importing torch,
-        creating a CUDA context) takes CPU from the timed process, and a kernel's time includes its host's launches.
-        On the H200 machine one re-check's eager time came out 2.8x the others' while the next check's spares
-        started."""
-        with self._lock:
-            self._quiet_depth += 1
-            if self._quiet_depth == 1:
-                self._stop([w for spares in self._spares.values() for w in spares])
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._quiet_depth -= 1
-                if self._quiet_depth == 0:
-                    self._continue()
-
-    def _stop(self, workers: list[Worker]) -> None:
-        """Stop `workers`, and start a guard that continues them once its stdin closes: when `quiet` ends, or when
-        this process dies first. Nothing else would: a worker leads its own session, so its process group is
-        orphaned from the start and the kernel's SIGHUP + SIGCONT to newly orphaned groups never comes; it would
-        stay stopped, holding its memory and CUDA context, with nobody left to kill it."""
-        pids = [str(w.pid) for w in workers if w.process.poll() is None]
-        if not pids:
-            return
-        self._guards.append(subprocess.Popen(
-            ["/bin/sh", "-c", 'cat >/dev/null; kill -CONT "$@" 2>/dev/null', "dice-spare-guard", *pids],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        for worker in workers:
-            worker.signal(signal.SIGSTOP)
-
-    def _continue(self) -> None:
-        for spares in self._spares.values():
-            for worker in spares:
-                worker.signal(signal.SIGCONT)
-        while self._guards:
-            guard = self._guards.pop()
-            guard.stdin.close()
-            try:
-                guard.wait(5)
-            except subprocess.TimeoutExpired:
-                guard.kill()
-
-    def close(self) -> None:
-        """Close the spares and the kept reference workers."""
-        with self._lock:
-            for spares in self._spares.values():
-                for worker in spares:
-                    worker.close()
-            self._spares.clear()
-        self.close_references()
-
-    def close_references(self) -> None:
-        """Close the kept reference workers (the next check of each reference runs it again)."""
-        with self._lock:
-            kept = list(self._kept.values())
-            self._kept.clear()
-        for entry in kept:
-            entry.close()
-
-    @property
-    def kept(self) -> dict[tuple, KeptReference]:
-        """The kept reference workers now, least recently kept first."""
-        with self._lock:
-            return dict(self._kept)
-
-    def take_reference(self, key: tuple) -> KeptReference | None:
-        """The kept reference worker for `key`, now owned by the caller; None when there is none fit to use."""
-        with self._lock:
-            entry = self._kept.pop(key, None)
-        if entry is not None and not entry.usable():
-            entry.close()
-            return None
-        return entry
-
-    def keep_reference(self, key: tuple, entry: KeptReference) -> None:
-        """Keep `entry` for the next check of `key` while spares are kept (the server, batch mode); else close it.
-        One entry a key: one kept before for the same key (two checks of one reference ran at once: "Save All") is
-        closed; past `kept_references`, the least recently kept ones are."""
-        evicted = []
-        with self._lock:
-            if self.spare_count and entry.usable():
-                replaced = self._kept.pop(key, None)
-                if replaced is not None and replaced is not entry:
-                    evicted.append(replaced)
-                self._kept[key] = entry
-                while len(self._kept) > self.kept_references:
-                    evicted.append(self._kept.popitem(last=False)[1])
-            else:
-                evicted.append(entry)
-        for old in evicted:
-            old.close()
-
-
-# The process's own pool; the functions below are its methods, for callers that use no other (the server, the CLI)
-default_pool = WorkerPool()
-
-
-def keep_warm(count: int | None = None) -> None:
-    default_pool.keep_warm(count)
-
-
-def fill_spares(options: Options, extra_env: dict[str, str] | None = None) -> None:
-    default_pool.fill(options, extra_env)
-
-
-def spares_while(count: int):
-    return default_pool.spares_while(count)
-
-
-def start(options: Options, extra_env: dict[str, str] | None = None) -> Worker:
-    return default_pool.start(options, extra_env)
-
-
-def quiet():
-    return default_pool.quiet()
-
-
-def close_spares() -> None:
-    default_pool.close()
-
-
-def close_references() -> None:
-    default_pool.close_references()
-
-
-def take_reference(key: tuple) -> KeptReference | None:
-    return default_pool.take_reference(key)
-
-
-def keep_reference(key: tuple, entry: KeptReference) -> None:
-    default_pool.keep_reference(key, entry)
-
-
-@dataclass
-class KeptReference:
-    """A reference worker that outlives its check: its model and expected outputs (and trial inputs, where they
-    fit) stay, so the next check of the same reference skips the reference stage (seconds for large inputs) and,
-    with the compile baseline, torch.compile.
-
-    The candidate never runs in this process: its worker makes the same trial inputs itself from their seeds and
-    hands its outputs back into `exchange` (or by CUDA IPC). `reply` is the reference stage's answer, None while the
-    worker still owes it (a check that ended at a compile error never waited for it)."""
-
-    worker: Worker
-    exchange: str
-    reply: messages.ReferenceMade | None = None
-
-    def close(self) -> None:
-        self.worker.close()
-        shutil.rmtree(self.exchange, ignore_errors=True)
-
-    def usable(self) -> bool:
-        owes = [] if self.reply is not None else [messages.MakeReference]  # the reference stage's, if anything
-        return self.worker.process.poll() is None and list(self.worker.pending) == owes
-
-
-def reference_key(reference: str, options: Options, extra_env: dict[str, str] | None = None) -> tuple:
-    """Same reference text, same options and environment: the same model, inputs and expected outputs."""
-    return (hashlib.sha256(reference.encode()).hexdigest(), json.dumps(options.to_dict(), sort_keys=True),
-            tuple(sorted((extra_env or {}).items())))

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
-from dice_lsp.harness import findings, process, samples
+from dice_lsp.harness import findings, handover, samples
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import CompareTimed, Failed, HandTimed, Time, TimedCall
 from dice_lsp.harness.report import Report, Timing
@@ -183,8 +183,8 @@ def check_timed_calls(check: Any, reference: Any, solution: Any, exchange: str) 
                         options.run_timeout)
     if isinstance(handed, Failed):
         raise HarnessError(f"handing over the timed calls' outputs failed: {handed.error}", "died", handed.traceback)
-    process.take_outputs(solution, exchange, options)
-    process.hand_shared(solution, reference)
+    handover.take_outputs(solution, exchange, options)
+    handover.hand_shared(solution, reference)
     if list(handed.calls) != calls:
         return findings.outside_clock(["it handed over other timed calls than the ones it said it kept"],
                                       check.forward_span())

@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-from dice_lsp import harness
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
@@ -42,7 +41,7 @@ def stoppable():
     """While the block runs, SIGINT and SIGTERM raise `Stopped` in the main thread and start a `Reaper`, which kills
     every child process at once and any started after, until the block has unwound (a batch build that was between
     jobs may start one more). A second signal ends the process at once. The harness's spares and kept reference
-    workers are closed on the way out, however the block ends."""
+    workers belong to the pools of the commands that started them, which close them as they unwind."""
     if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
         yield
         return
@@ -59,12 +58,9 @@ def stoppable():
     try:
         yield
     finally:
-        try:
-            harness.close_spares()
-        finally:
-            reaper.stop()
-            for number, handler in previous.items():
-                signal.signal(number, handler)
+        reaper.stop()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class Reaper:

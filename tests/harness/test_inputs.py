@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dice_lsp import harness
-from dice_lsp.harness import process, stages, verify
+from dice_lsp.harness import handover, stages, verify
 
 NUMPY_REFERENCE = '''
 import numpy as np
@@ -106,7 +106,7 @@ def _reference_seen():
 
 def test_the_solution_worker_gets_how_inputs_are_made_never_the_reference_op(files, options):
     """Its worker needs get_inputs to make the trials' inputs: it gets the reference's file without class Model
-    (`process.input_recipe`), so a candidate that looks for the op to copy, in its folder or in its modules, finds
+    (`handover.input_recipe`), so a candidate that looks for the op to copy, in its folder or in its modules, finds
     nothing, and here computes the honest answer."""
     solution = files.solution("seen = _reference_seen()\n"
                               "        return self.ext.add_values(a, a) if seen else self.ext.add_values(a, b)",
@@ -120,10 +120,10 @@ def test_the_input_recipe_keeps_everything_but_the_model():
         "import torch\nN = 4\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n\n\n"
         "class Helper:\n    pass\n\n\ndef get_inputs():\n    return [torch.rand(N)]\n\n\ndef get_init_inputs():\n"
         "    return []\n")
-    recipe = process.input_recipe(text)
+    recipe = handover.input_recipe(text)
     assert "class Model" not in recipe and "x * 2" not in recipe
     assert all(part in recipe for part in ("N = 4", "class Helper", "def get_inputs", "def get_init_inputs"))
-    assert process.input_recipe("def broken(:") == "def broken(:"
+    assert handover.input_recipe("def broken(:") == "def broken(:"
 
 
 @pytest.mark.parametrize("at_once", [1, 2])
@@ -178,7 +178,7 @@ def test_files_taken_from_a_candidates_folder_are_regular_and_bounded(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "big").write_bytes(b"x" * 100)
     (tmp_path / "fine").write_bytes(b"x" * 10)
-    copy = process._copy_regular
+    copy = handover._copy_regular
     assert copy(tmp_path / "link", tmp_path / "out1", 50) is None and not (tmp_path / "out1").exists()  # not opened
     assert copy(tmp_path / "pipe", tmp_path / "out2", 50) is False
     assert copy(tmp_path / "big", tmp_path / "out3", 50) is False

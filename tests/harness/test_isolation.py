@@ -234,7 +234,7 @@ def test_a_builders_folders_are_lent_for_its_build_and_taken_back_after_the_last
     """A cache entry (and the shared header's folder) belongs to the unprivileged user only while a build writes
     it; two overlapping builds share the shared folder until the second ends; a link inside is changed, not
     followed (the file it points at stays the caller's)."""
-    from dice_lsp.harness import process
+    from dice_lsp.harness import lending
 
     entry, shared, elsewhere = tmp_path / "entry", tmp_path / "pch", tmp_path / "elsewhere.txt"
     for folder in (entry, shared):
@@ -244,8 +244,8 @@ def test_a_builders_folders_are_lent_for_its_build_and_taken_back_after_the_last
     (entry / "link").symlink_to(elsewhere)
     owners = lambda folder: {p.lstat().st_uid for p in [folder, *folder.rglob("*")]}  # noqa: E731
     user = sandbox.unprivileged_uid()
-    with process.lent([str(entry), str(shared)], user):
-        with process.lent([str(shared)], user):
+    with lending.lent([str(entry), str(shared)], user):
+        with lending.lent([str(shared)], user):
             assert owners(entry) == owners(shared) == {user}
         assert owners(shared) == {user}  # the first build still writes it
     assert owners(entry) == owners(shared) == {0} and elsewhere.stat().st_uid == 0

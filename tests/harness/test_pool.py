@@ -14,6 +14,7 @@ import pytest
 
 from dice_lsp import harness
 from dice_lsp.harness import Options, messages, process
+from dice_lsp.harness.pool import KeptReference
 
 SOLUTION = """import torch
 
@@ -24,11 +25,11 @@ class ModelNew(torch.nn.Module):
 """
 
 
-def kept_entry(options: Options) -> process.KeptReference:
+def kept_entry(options: Options) -> KeptReference:
     """A reference worker as a check leaves it: its reference stage answered, an exchange folder of its own."""
     made = messages.ReferenceMade(device="cpu", tf32=False, cudnn_tf32=True, matmul_precision="highest",
                                   dtypes=("torch.float32",))
-    return process.KeptReference(process.Worker(options, warm=False), tempfile.mkdtemp(prefix="dice-exchange-"), made)
+    return KeptReference(process.Worker(options, warm=False), tempfile.mkdtemp(prefix="dice-exchange-"), made)
 
 
 def test_keeping_a_reference_again_for_its_key_closes_the_one_it_replaces(options):
@@ -104,5 +105,5 @@ def test_the_cuda_toolkit_the_options_name_is_the_one_the_build_uses(options, tm
     finally:
         worker.close()
     assert isinstance(answer, messages.Failed) and answer.error == f"RuntimeError: uses {tmp_path}"
-    assert process._spare_key(toolkit, {}) != process._spare_key(options, {})
+    assert process.spare_key(toolkit, {}) != process.spare_key(options, {})
     assert os.environ["CUDA_HOME"] == "/somewhere/else"  # the caller's own environment is left alone
