@@ -54,19 +54,21 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("pygls").setLevel(logging.WARNING)
     # Imported here, not at the top: the server brings pygls and lsprotocol (0.4-0.7 s to import, over twice the
     # rest of the command line), which every other command would pay for, since the CLI registers them all.
-    from dice_lsp import server
+    from dice_lsp.lsp import transport
+    from dice_lsp.server import server
 
     if where is not None:
         def listening(host: str, port: int) -> None:
             print(f"dice-lsp: language server listening on {host}:{port} for one client; Ctrl-C stops it",
                   file=sys.stderr, flush=True)
         try:
-            connect = server.tcp(*where, listening)
+            connect = transport.tcp(*where, listening)
         except OSError as error:  # the port is taken, the host is not this machine's, ...
             raise CommandError(f"cannot listen on {where[0]}:{where[1]}: {error.strerror or error}") from None
-        return server.serve(connect)
+        return transport.serve(server, connect, server.session.shutdown)
+
     def ready() -> None:
         if sys.stdin.isatty():  # a person started it in a terminal, not an editor: say what it is waiting for
             print("dice-lsp: language server on stdio, waiting for an editor to speak LSP; Ctrl-C stops it",
                   file=sys.stderr, flush=True)
-    return server.serve(server.stdio(), ready)
+    return transport.serve(server, transport.stdio(), server.session.shutdown, ready)
