@@ -1,5 +1,6 @@
-"""The user's settings (`dice.*` in the editor), with defaults and the bounds each value must keep; the one owner of
-both, which `python3 -m dice_lsp.settings --package-json PATH` writes into the extension's package.json.
+"""The user's settings (`dice.*` in the editor), with the bounds each value must keep and their defaults, which
+`python3 -m dice_lsp.settings --package-json PATH` writes into the extension's package.json. The defaults are not
+decided here: a check's come from the harness's `Options`, decoding's from the engine's `DecodeSettings`.
 
 `read_settings` turns what a client sends (camelCase keys under the `dice` section, from `initializationOptions`,
 `workspace/configuration` or a pushed `didChangeConfiguration`) into `Settings` with cattrs, and says, setting by
@@ -22,8 +23,10 @@ from cattrs.errors import AttributeValidationNote, ClassValidationError
 from cattrs.gen import make_dict_structure_fn, override
 
 from dice_lsp.engine.settings import DecodeSettings
+from dice_lsp.harness.options import Options, Sandbox
 
 _ENGINE = DecodeSettings()
+_CHECK = Options()  # the harness owns how a check runs by default; the editor's settings start from it
 _CHOICES = {item.name: tuple(item.metadata["choices"]) for item in fields(DecodeSettings) if "choices" in item.metadata}
 
 
@@ -56,22 +59,22 @@ DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 @dataclass(frozen=True)
 class Settings:
     model: str = ""  # a local directory or a hub id in the local cache; "" is the bundled default model
-    device: str = field(default="auto", metadata={"pattern": DEVICE.pattern})
+    device: str = field(default=_CHECK.device, metadata={"pattern": DEVICE.pattern})  # the engine's too
     dtype: str = field(default="auto", metadata={"enum": ("auto", "bfloat16", "float16", "float32")})
     decoding: Decoding = field(default_factory=Decoding)
     run_on_save: bool = True
-    correctness_trials: int = field(default=5, metadata={"minimum": 1})
-    timing_trials: int = field(default=100, metadata={"minimum": 1})
-    tolerance: float = field(default=1e-2, metadata={"minimum": 0})
-    baseline: str = field(default="both", metadata={"enum": ("both", "eager", "compile")})
+    correctness_trials: int = field(default=_CHECK.correctness_trials, metadata={"minimum": 1})
+    timing_trials: int = field(default=_CHECK.timing_trials, metadata={"minimum": 1})
+    tolerance: float = field(default=_CHECK.atol, metadata={"minimum": 0})  # both atol and rtol
+    baseline: str = field(default=_CHECK.baseline, metadata={"enum": ("both", "eager", "compile")})  # no "none"
     # "sibling": <name>_dice.py beside the reference; "sameFile": appended to the reference's file
     solution_location: str = field(default="sibling", metadata={"enum": ("sibling", "sameFile")})
     trusted_workspace: bool = False  # the client sets this; nothing from a file is built or run until it is true
-    cuda_home: str = ""
+    cuda_home: str = _CHECK.cuda_home
     # Where code from the user's files runs: "auto" sandboxed when bubblewrap can start here, "require" nowhere else
-    sandbox: str = field(default="auto", metadata={"enum": ("auto", "require", "off")})
-    build_timeout: float = field(default=600.0, metadata={"exclusiveMinimum": 0})
-    run_timeout: float = field(default=120.0, metadata={"exclusiveMinimum": 0})
+    sandbox: str = field(default=_CHECK.sandbox, metadata={"enum": get_args(Sandbox)})
+    build_timeout: float = field(default=_CHECK.build_timeout, metadata={"exclusiveMinimum": 0})
+    run_timeout: float = field(default=_CHECK.run_timeout, metadata={"exclusiveMinimum": 0})
 
     @classmethod
     def from_client(cls, raw: Any) -> Settings:

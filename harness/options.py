@@ -1,7 +1,9 @@
 """How a check runs: trials, tolerance, time limits, baselines and resource limits for the worker processes.
 
 One frozen dataclass, sent to every worker as JSON (`to_dict`, read back by `from_dict`); the server makes it from the
-editor's `dice.*` settings (`dice_lsp.checking.check_options`).
+editor's `dice.*` settings (`dice_lsp.checking.check_options`). Its defaults are the one owner of a check's defaults:
+the editor's settings (dice_lsp/settings.py) and the command line's flags (dice_lsp/commands/check.py) take theirs from
+here.
 """
 
 from __future__ import annotations

@@ -31,12 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def add_check_options(group, baseline: str = "both",
-                      baseline_help: str = "which references to time (default both)", sandbox: str = "auto") -> None:
+def add_check_options(group, baseline: str | None = None, baseline_help: str = "which references to time",
+                      sandbox: str | None = None) -> None:
     """The harness's flags, shared by every command that checks kernels (check, eval), with the harness's own
-    defaults (harness.Options owns them). `sandbox`: the default of --sandbox ("require" where the code is a
-    model's, as in eval)."""
+    defaults (harness.Options owns them). `baseline`, `sandbox`: a command's own default where it differs from the
+    harness's (eval times against eager only, and runs a model's code only in the sandbox)."""
     owner = Options()
+    baseline, sandbox = baseline or owner.baseline, sandbox or owner.sandbox
     group.add_argument("--trials", type=positive, default=owner.correctness_trials,
                        help="correctness trials (default %(default)s)")
     group.add_argument("--timing-trials", type=count, default=owner.timing_trials,
@@ -44,8 +45,9 @@ def add_check_options(group, baseline: str = "both",
     group.add_argument("--tolerance", type=number(), default=owner.atol,
                        help="atol = rtol for allclose (default %(default)g)")
     group.add_argument("--baseline", choices=("eager", "compile", "both", "none"), default=baseline,
-                       help=baseline_help)
-    group.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
+                       help=f"{baseline_help} (default %(default)s)")
+    group.add_argument("--device", type=device, default=owner.device,
+                       help="auto, cpu, cuda or cuda:N (default %(default)s)")
     group.add_argument("--tf32", action="store_true", help="allow TF32 matmuls, on both sides")
     group.add_argument("--build-timeout", type=number(low_open=True), default=owner.build_timeout,
                        help="seconds (default %(default)g)")

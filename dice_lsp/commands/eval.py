@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="print the scores, outcome counts and output paths as JSON instead of the table")
     add_check_options(parser.add_argument_group("checking (as dice-lsp check; --device also for generation)"),
                       baseline="eager",
-                      baseline_help="references to time; fast_p uses torch.compile only with 'compile' (default eager)",
+                      baseline_help="references to time; fast_p uses torch.compile only with 'compile'",
                       sandbox="require")  # the candidates are a model's
     decode = parser.add_argument_group("generation")
     decode.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),

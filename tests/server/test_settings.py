@@ -1,5 +1,6 @@
-"""The settings' defaults have one owner: package.json declares the same keys with the same defaults, and the
-decoding settings' descriptions are the engine's help."""
+"""The settings' defaults have one owner: package.json declares the same keys with the same defaults, the decoding
+settings' descriptions are the engine's help, and a check's defaults are the harness's, in the editor and the command
+line alike."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import copy
 import json
 from pathlib import Path
 
+from dice_lsp.checking import check_options
+from dice_lsp.cli import build_parser
+from dice_lsp.commands.check import options_from
 from dice_lsp.engine.settings import DecodeSettings
+from dice_lsp.harness import Options
 from dice_lsp.settings import CLIENT_ONLY, Decoding, Settings, declared, package_json, read_settings
 
 PACKAGE = Path(__file__).parents[2] / "vscode-extension" / "package.json"
@@ -21,6 +26,13 @@ def test_package_json_declares_the_python_defaults():
         "package.json is out of date: python3 -m dice_lsp.settings --package-json vscode-extension/package.json")
     assert properties["dice.decoding.steps"]["default"] == DecodeSettings().steps
     assert properties["dice.decoding.strategy"]["enum"] == ["static", "dynamic"]
+
+
+def test_an_editor_with_no_settings_checks_as_the_command_line_does_with_no_flags():
+    """Both take a check's defaults from the harness's Options: trials, tolerance, baseline, timeouts, sandbox."""
+    from_editor = check_options(Settings())
+    from_command_line = options_from(build_parser().parse_args(["check", "ref.py", "solution.py"]))
+    assert from_editor == Options() == from_command_line
 
 
 def test_a_stale_default_or_help_is_rewritten_from_python():
