@@ -1,4 +1,5 @@
-"""Shared fixtures for every package's tests: a tiny random DICE-shaped checkpoint, and GPU test skipping.
+"""Shared fixtures for every package's tests: a tiny random DICE-shaped checkpoint, GPU test skipping, and each
+outcome written as it happens where DICE_TEST_RECORD names a folder (benchmarks/gpu_session.sh reads it).
 
 `tiny_model_dir` is written once per session; treat it as read-only (copy it before changing files in it).
 """
@@ -8,6 +9,32 @@ from __future__ import annotations
 import os
 
 import pytest
+
+_outcomes = None  # an OutcomeLog while DICE_TEST_RECORD is set
+
+
+def pytest_configure(config):
+    global _outcomes
+    folder = os.environ.get("DICE_TEST_RECORD")
+    if folder:
+        from outcome_log import OutcomeLog
+
+        _outcomes = OutcomeLog(folder)
+
+
+def pytest_unconfigure(config):
+    if _outcomes is not None:
+        _outcomes.close()
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _outcomes is not None:
+        _outcomes.started(nodeid)
+
+
+def pytest_runtest_logreport(report):
+    if _outcomes is not None:
+        _outcomes.report(report)
 
 
 @pytest.fixture(scope="session", autouse=True)
