@@ -65,16 +65,18 @@ def gpu_pool():
 
 
 @pytest.mark.gpu
-def test_tiny_twins_pass_with_the_cuda_solutions(options, gpu_pool):
+@pytest.mark.prebuild(pairs=lambda: tiny_pairs(cuda_solution))
+def test_tiny_twins_pass_with_the_cuda_solutions(options, gpu_pool, prebuilt):
     """The CUDA kernels at odd sizes: their scalar paths (rows not a multiple of four floats) and few blocks."""
-    reports = [harness.check(ref, solution, options.with_(device="auto", timing_trials=10), pool=gpu_pool)
-               for ref, solution in tiny_pairs(cuda_solution)]
+    reports = harness.check_many(tiny_pairs(cuda_solution), options.with_(device="auto", timing_trials=10),
+                                 pool=gpu_pool)
     assert [r.status for r in reports] == ["correct"] * len(NAMES), summaries(reports)
 
 
 @pytest.mark.gpu
+@pytest.mark.prebuild(pairs=lambda name: [(reference(name), cuda_solution(name))])
 @pytest.mark.parametrize("name", NAMES)
-def test_real_size_problem_is_checked_correct(name, options, gpu_pool):
+def test_real_size_problem_is_checked_correct(name, options, gpu_pool, prebuilt):
     """One float32 input of 6-9 GB: what KernelBench's level 1 ships now. The check makes the trials' inputs, runs
     both sides, compares and times them (against eager PyTorch, with KernelBench's trials or fewer for long forwards)
     and calls the hand-written solution correct."""

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from dice_lsp import harness
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+FILES = Path(__file__).parent / "files"
+# Every test here checks the one CUDA fixture, some with another forward or a prelude: the same load_inline, one build
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.prebuild(
+    pairs=lambda: [((FILES / "add_reference.py").read_text(), (FILES / "cuda_solution.py").read_text())])]
 
 
 @pytest.fixture(scope="module")
-def gpu_options(options):
+def gpu_options(options, prebuilt):
     return options.with_(device="auto", baseline="both", timing_trials=100, warmup_trials=10)
 
 
