@@ -170,3 +170,23 @@ def solution_edit(anatomy: Anatomy, text: str, infill: bool, path: Path | None, 
         return Replace(anatomy.text, end, GENERATED_MARK + text)
     target = solution_path(path)
     return NewFile(target, with_reference_link(text, path, target))
+
+
+def unusable(anatomy: Anatomy) -> tuple[str, ...]:
+    """Why generated code, read as `anatomy`, cannot be used as it is written: no ModelNew, nothing compiled, or a
+    finding a user must fix first (a kernel never bound, a forward whose signature differs from Model's). Empty when
+    nothing stands in the way of a check."""
+    text = anatomy.text
+    reasons = [f"a syntax error at line {_line(text, span.start)}" for span in anatomy.syntax_errors[:1]]
+    if anatomy.model_new is None:
+        reasons.append("no `class ModelNew`")
+    elif not anatomy.extensions:
+        reasons.append("`class ModelNew` compiles no extension (no `load_inline` call)")
+    reasons += [f"{finding.code} at line {_line(text, finding.span.start)}: {finding.message}"
+                for finding in anatomy.findings if finding.severity in ("error", "warning")]
+    return tuple(reasons)
+
+
+def _line(text: str, offset: int) -> int:
+    """The 1-based line of `offset`, as an editor numbers it."""
+    return text.count("\n", 0, offset) + 1

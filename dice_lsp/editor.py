@@ -101,6 +101,9 @@ class Answer:
 
     ok: bool
     message: str = ""
+    # Why the code written cannot be used as it is (actions.unusable, joined), for the client to say so and offer a
+    # retry; empty when it can, or when nothing was written.
+    unusable: str = ""
 
 
 @dataclass(frozen=True)

@@ -364,8 +364,10 @@ class Session:
         """Put a draft where it goes: a new file written beside the problem and opened, or an edit of this file that
         the user confirms."""
         text, location = draft.code, self.settings.solution_location
+        problems: tuple[str, ...] = ()
         if text is None:
             message = f"the model wrote no usable kernel: {draft.note}"
+            problems = (message,)
             if infill or location == "sameFile":
                 # Never put raw model output into the user's own file.
                 self.editor.show("warning", f"{message}; nothing changed")
@@ -380,8 +382,11 @@ class Session:
             self.editor.show("warning", f"{message}; nothing changed")
             return Answer(False, message)
         if isinstance(edit, actions.Replace):
+            after = edit.within[:edit.span.start] + edit.text + edit.within[edit.span.end:]
+            problems = actions.unusable(parse(after, analysis.pairing.text if analysis.pairing else None))
             applied = await self.editor.apply(uri, analysis.version, edit, title)
-            return Answer(applied.applied, applied.reason)
+            return Answer(applied.applied, applied.reason, "; ".join(problems) if applied.applied else "")
+        problems = problems or actions.unusable(parse(edit.text, analysis.anatomy.text))
         try:
             await self.read(write_new, edit.path, edit.text)
         except OSError as error:
@@ -390,7 +395,7 @@ class Session:
             return Answer(False, message)
         if not await self.editor.show_document(edit.path.as_uri()):
             self.editor.show("info", f"wrote {edit.path}")
-        return Answer(True, f"wrote {edit.path}")
+        return Answer(True, f"wrote {edit.path}", "; ".join(problems))
 
     async def _run(self, uri: str, title: str, job: Job):
         """Run `job` in the engine's child with the editor's progress (cancellable there, or by cancelling the

@@ -105,3 +105,11 @@ def test_a_try_with_finally_or_else_has_no_mechanical_fix():
     anatomy = parse(text)
     assert len([f for f in anatomy.findings if f.code == "exception-fallback"]) == 2
     assert len([fix for fix in actions.fixes(anatomy) if fix.finding.code == "exception-fallback"]) == 1
+
+
+def test_generated_code_is_unusable_without_modelnew_or_with_a_kernel_python_never_reaches():
+    assert actions.unusable(parse("import torch\nclassclass elementwise\n")) == (
+        "a syntax error at line 2", "no `class ModelNew`")
+    never_bound = actions.unusable(parse((ANATOMY_FILES / "deceptive_never_bound.py").read_text()))
+    assert [reason.split(" at line ")[0] for reason in never_bound] == ["kernel-not-bound", "torch-fallback"]
+    assert actions.unusable(parse((ANATOMY_FILES / "honest_add_with_model.py").read_text())) == ()

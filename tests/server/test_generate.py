@@ -10,7 +10,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 from pytest_lsp import LanguageClient
 
-from dice_lsp import status
+from dice_lsp import actions, status
 from dice_lsp.anatomy import infill_split, parse
 from dice_lsp.engine.checkpoint import BUNDLED
 from dice_lsp.train.tasks import render
@@ -52,7 +52,9 @@ async def test_generate_reports_progress_and_creates_the_linked_solution(client:
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="dice.server.generate", arguments=[uri]))
     solution = tmp_path / "relu_dice.py"
-    assert result == {"ok": True, "message": f"wrote {solution}"}
+    assert result["ok"] is True and result["message"] == f"wrote {solution}"
+    # The tiny random model writes no kernel: the answer says why the file cannot be used (the editor offers a retry)
+    assert result["unusable"] == "; ".join(actions.unusable(parse(solution.read_text(), PROBLEM))) != ""
     # Written on disk by the server (not an unsaved buffer of the editor's), and said so: this client cannot be
     # asked to open it (it declares no window/showDocument)
     assert solution.read_text().startswith("# dice: reference = relu.py\n") and client.applied_edits == []
@@ -73,7 +75,7 @@ async def test_generation_can_be_cancelled_from_its_progress(client: LanguageCli
     token = await decoding(client)
     client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=token))
     result = await task
-    assert result == {"ok": False, "message": "cancelled"}
+    assert result == {"ok": False, "message": "cancelled", "unusable": ""}
     assert client.applied_edits == []
     assert (client.statuses[-1].state, client.statuses[-1].message) == ("idle", "generation cancelled")
 
