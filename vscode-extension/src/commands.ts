@@ -4,7 +4,7 @@
  */
 
 import * as vscode from "vscode";
-import { MessageType } from "vscode-languageclient/node";
+import { ExecuteCommandSignature, MessageType } from "vscode-languageclient/node";
 import { ServerMessages } from "./notifications";
 
 /** Client command id → the server command it runs with `[uri]`, and its title (package.json's). */
@@ -81,4 +81,44 @@ export function refused(answer: unknown): string | undefined {
         return undefined;
     }
     return typeof message === "string" && message !== "" && message !== "cancelled" ? message : undefined;
+}
+
+export const RETRY = "Retry";
+
+/**
+ * The language client's executeCommand middleware: every run of a server command passes here, from the palette, a
+ * code action or a code lens alike. When Generate or Infill wrote code that cannot be used as it is (the answer's
+ * `unusable`, from the server's reading of it), says so and offers to run the command again on the same file.
+ */
+export function offerRetry(messages: ServerMessages, showLogs: () => void) {
+    const run = async (command: string, args: unknown[], next: ExecuteCommandSignature): Promise<unknown> => {
+        const answer: unknown = await next(command, args);
+        const why = unusable(answer);
+        const title = Object.values(SERVER_COMMANDS).find((known) => known.server === command)?.title;
+        if (why !== undefined && title !== undefined) {
+            void messages
+                .ask(MessageType.Warning, `DICE: ${title}: the code it wrote cannot be used as it is: ${why}.`, RETRY,
+                    "Show logs")
+                .then((choice) => {
+                    if (choice === RETRY) {
+                        return vscode.commands.executeCommand(command, ...args);
+                    }
+                    if (choice === "Show logs") {
+                        showLogs();
+                    }
+                    return undefined;
+                });
+        }
+        return answer;
+    };
+    return run;
+}
+
+/** Why the code a Generate or Infill answer says it wrote cannot be used; undefined when it can or none was written. */
+export function unusable(answer: unknown): string | undefined {
+    if (typeof answer !== "object" || answer === null) {
+        return undefined;
+    }
+    const { ok, unusable: why } = answer as { ok?: unknown; unusable?: unknown };
+    return ok === true && typeof why === "string" && why !== "" ? why : undefined;
 }

@@ -31,6 +31,14 @@ export class ServerMessages {
 
     /** A message of the server's kind (a command's refusal, say): logged, and popped up as the setting says. */
     notify(type: MessageType, text: string): void {
+        void this.ask(type, text);
+    }
+
+    /**
+     * `notify` with buttons: the one chosen, or undefined when the message was closed or did not pop up (the setting
+     * keeps it in the log).
+     */
+    async ask(type: MessageType, text: string, ...items: string[]): Promise<string | undefined> {
         if (type === MessageType.Error) {
             this.log.error(text);
         } else if (type === MessageType.Warning) {
@@ -39,15 +47,14 @@ export class ServerMessages {
             this.log.info(text);
         }
         if (type > THRESHOLD[setting()]) {
-            return;
+            return undefined;
         }
         if (type === MessageType.Error) {
-            void vscode.window.showErrorMessage(text);
+            return vscode.window.showErrorMessage(text, ...items);
         } else if (type === MessageType.Warning) {
-            void vscode.window.showWarningMessage(text);
-        } else {
-            void vscode.window.showInformationMessage(text);
+            return vscode.window.showWarningMessage(text, ...items);
         }
+        return vscode.window.showInformationMessage(text, ...items);
     }
 
     /** A mark for `heardSince`. */

@@ -18,6 +18,7 @@ import {
     State,
 } from "vscode-languageclient/node";
 import { extractedBundle, shippedWheel } from "./bundle";
+import { offerRetry } from "./commands";
 import { INSTALL, installInto } from "./install";
 import {
     ExtensionHome,
@@ -31,6 +32,7 @@ import {
     withPythonPath,
 } from "./launch";
 import { ServerMessages } from "./notifications";
+import { ServerOutput } from "./output";
 import { Probe, probeServer } from "./probe";
 import { PythonEnvironments } from "./python";
 import { SECTION, injectTrust, serverSettings } from "./settings";
@@ -47,13 +49,15 @@ export const DOCUMENT_SELECTOR = [
     { scheme: "untitled", language: "python" },
 ];
 
-export function clientOptions(log: vscode.LogOutputChannel): LanguageClientOptions {
+export function clientOptions(log: vscode.LogOutputChannel, messages: ServerMessages): LanguageClientOptions {
     return {
         documentSelector: DOCUMENT_SELECTOR,
-        outputChannel: log,
+        // The server's stderr, one log record per line it writes (the client hands over chunks as they come)
+        outputChannel: new ServerOutput(log),
         traceOutputChannel: log,
         revealOutputChannelOn: RevealOutputChannelOn.Never,
         middleware: {
+            executeCommand: offerRetry(messages, () => log.show()),
             workspace: {
                 configuration: async (params, token, next) => {
                     const answers = await next(params, token);
@@ -150,7 +154,7 @@ export class ServerSession implements vscode.Disposable {
             return;
         }
         const options = serverOptions(launch, place);
-        const client = new LanguageClient(CLIENT_ID, CLIENT_NAME, options, clientOptions(this.log));
+        const client = new LanguageClient(CLIENT_ID, CLIENT_NAME, options, clientOptions(this.log, this.messages));
         client.onNotification(STATUS_NOTIFICATION, (params: StatusParams) => this.status.update(params));
         // Replaces the client's own handler (it pops every message up) once the connection is made.
         client.onNotification(ShowMessageNotification.type, (params) => this.messages.fromServer(params));

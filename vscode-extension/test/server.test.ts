@@ -9,6 +9,7 @@ import { mock, Uri } from "./vscode-mock";
 import { INSTALL } from "../src/install";
 import { probeServer } from "../src/probe";
 import { FIXES, clientOptions, serverOptions } from "../src/server";
+import { ServerMessages } from "../src/notifications";
 import { processFolder } from "../src/launch";
 import { EXTENSION_ROOT, REPOSITORY, interpreterWithoutDiceLsp, session, temporaryFolder, testHome } from "./fixtures";
 
@@ -40,20 +41,28 @@ describe("serverOptions", () => {
 describe("clientOptions", () => {
     beforeEach(() => mock.reset());
 
-    it("serves Python files and writes the client log and the LSP trace to one output channel", () => {
+    it("serves Python files and writes the server's stderr, a record a line, and the LSP trace to one log", () => {
         const log = vscode.window.createOutputChannel("DICE", { log: true });
-        const options = clientOptions(log);
+        const options = clientOptions(log, new ServerMessages(log));
         assert.deepEqual(options.documentSelector, [
             { scheme: "file", language: "python" },
             { scheme: "untitled", language: "python" },
         ]);
-        assert.equal(options.outputChannel, log);
         assert.equal(options.traceOutputChannel, log);
+        // stderr as the client hands it over: chunks that end anywhere, each line ended by a newline
+        options.outputChannel?.append("2026-12-07 04:14:04,528 dice_lsp INFO dice-lsp 0.1.0 serving (pid 7)\n2026-12-");
+        options.outputChannel?.append("07 04:14:05,001 dice_lsp ERROR a check failed\nTraceback (most recent call last):\n");
+        assert.deepEqual(mock.outputs[0]?.lines, [
+            "[info] dice_lsp: dice-lsp 0.1.0 serving (pid 7)",
+            "[error] dice_lsp: a check failed",
+            "[error] Traceback (most recent call last):",
+        ]);
     });
 
     it("answers the server's workspace/configuration for `dice` with the editor's trust", async () => {
         mock.trusted = false;
-        const configuration = clientOptions(vscode.window.createOutputChannel("DICE", { log: true })).middleware
+        const log = vscode.window.createOutputChannel("DICE", { log: true });
+        const configuration = clientOptions(log, new ServerMessages(log)).middleware
             ?.workspace?.configuration;
         assert.ok(configuration);
         const params = { items: [{ section: "dice" }] };
