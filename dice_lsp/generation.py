@@ -14,7 +14,7 @@ import traceback
 from typing import Callable
 
 from dice_lsp.generation_messages import (
-    TO_CHILD, TO_SERVER, Cancelled, Decoded, Done, Drafted, Failed, Job, Loading, Progress, Stop, expect,
+    TO_CHILD, TO_SERVER, Cancelled, Decoded, Done, Drafted, Job, JobFailed, Loading, Progress, Stop, expect,
 )
 
 log = logging.getLogger("dice_lsp")
@@ -49,10 +49,12 @@ def _child(connection, cancel_event) -> None:
         try:
             connection.send(Done(_run(job, loaded, connection, cancel_event)))
         except Exception as error:  # everything becomes a message for the user; the child lives on
-            connection.send(_failure(error, job, loaded, cancel_event))
+            connection.send(failure_answer(error, job, loaded, cancel_event))
 
 
-def _failure(error: Exception, job: Job, loaded: dict, cancel_event) -> Cancelled | Failed:
+def failure_answer(error: Exception, job: Job, loaded: dict, cancel_event) -> Cancelled | JobFailed:
+    """The child's answer to a job that raised `error`: Cancelled when the server had asked it to stop, else JobFailed
+    with a message the user can act on (out of GPU memory also drops the loaded models)."""
     if isinstance(error, GenerationCancelled) or cancel_event.is_set():
         return Cancelled()
     trace = traceback.format_exc(limit=8)
@@ -61,9 +63,9 @@ def _failure(error: Exception, job: Job, loaded: dict, cancel_event) -> Cancelle
         message = (f"the model does not fit in GPU memory ({job.model or 'bundled model'}): choose a smaller "
                    "checkpoint (DICE-1.7B needs about 4.1 GB in bf16, DICE-8B about 16 GB), a lower "
                    "dice.decoding.maxNewTokens, or set dice.device to cpu")
-        return Failed("OutOfMemory", message, trace)
+        return JobFailed("OutOfMemory", message, trace)
     kind = type(error).__name__
-    return Failed("model" if kind == "EngineError" else kind, str(error) or kind, trace)
+    return JobFailed("model" if kind == "EngineError" else kind, str(error) or kind, trace)
 
 
 def _run(job: Job, loaded: dict, connection, cancel_event) -> tuple[Drafted, ...]:
@@ -151,7 +153,7 @@ class EngineWorker:
                                   "worker-died") from None
 
     @staticmethod
-    def _error(failed: Failed) -> GenerationError:
+    def _error(failed: JobFailed) -> GenerationError:
         """The child's failure as the server's error; its traceback goes to the server's log."""
         if failed.kind == "model":  # the engine's own message says what to fix; the trace is for debugging only
             log.info("generation failed: %s\n%s", failed.message, failed.trace)

@@ -1,5 +1,5 @@
 """The messages between the server and its generation child process (dice_lsp/generation.py), one frozen dataclass
-each: what the server asks (Job, Stop) and what the child answers (Loading, Decoded, Done, Cancelled, Failed).
+each: what the server asks (Job, Stop) and what the child answers (Loading, Decoded, Done, Cancelled, JobFailed).
 
 Both ends are the same installed code (the child is spawned from it), so messages travel pickled and unversioned.
 """
@@ -87,7 +87,7 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
-class Failed:
+class JobFailed:
     """The job failed; the child lives on. `kind` groups messages shown once; `trace` goes to the server's log."""
 
     kind: str  # "model" for the engine's user-facing errors, "OutOfMemory", or the exception's class name
@@ -97,7 +97,7 @@ class Failed:
 
 # The tables: every message each side may receive. Anything else is a ProtocolError.
 TO_CHILD: tuple[type, ...] = (Job, Stop)
-TO_SERVER: tuple[type, ...] = (Loading, Decoded, Done, Cancelled, Failed)
+TO_SERVER: tuple[type, ...] = (Loading, Decoded, Done, Cancelled, JobFailed)
 
 
 def expect(message: object, table: tuple[type, ...]) -> object:

@@ -25,13 +25,13 @@ if TYPE_CHECKING:  # what the lazy exports are, for type checkers and editors
     from dice_lsp.engine.decode import generate
     from dice_lsp.engine.drafts import generate_kernel
     from dice_lsp.engine.errors import EngineError
-    from dice_lsp.engine.generation import Draft, Generation, Progress
+    from dice_lsp.engine.generation import DecodeProgress, Draft, Generation
     from dice_lsp.engine.model import SDARModel
     from dice_lsp.engine.settings import DecodeSettings
 
 _OWNERS = {  # exported name -> the module that defines it
-    "DecodeSettings": "settings", "Draft": "generation", "EngineError": "errors", "Generation": "generation",
-    "Loaded": "checkpoint", "ModelConfig": "config", "Progress": "generation", "SDARModel": "model",
+    "DecodeProgress": "generation", "DecodeSettings": "settings", "Draft": "generation", "EngineError": "errors",
+    "Generation": "generation", "Loaded": "checkpoint", "ModelConfig": "config", "SDARModel": "model",
     "generate": "decode", "generate_kernel": "drafts", "load": "checkpoint", "save": "checkpoint",
 }
 

@@ -17,11 +17,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from dice_lsp.engine.config import ModelConfig
+from dice_lsp.engine.config import ModelConfig, read_json
 from dice_lsp.engine.errors import EngineError
 from dice_lsp.engine.model import SDARModel
 from dice_lsp.engine.templates import PromptTemplate, checkpoint_template
-from dice_lsp.engine.tokenizer import Tokenizer, _read_json
+from dice_lsp.engine.tokenizer import Tokenizer
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 INDEX = "model.safetensors.index.json"
@@ -116,7 +116,8 @@ def _cached_snapshot(model_ref: str) -> Path | None:
     return snapshot if (snapshot / "config.json").is_file() else None
 
 
-def pick_device(device: str = "auto") -> torch.device:
+def load_device(device: str = "auto") -> torch.device:
+    """The device a checkpoint loads onto: "auto" is the GPU where PyTorch sees one, else the CPU."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -124,7 +125,7 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def pick_dtype(dtype: str, config: ModelConfig, device: torch.device) -> torch.dtype:
+def load_dtype(dtype: str, config: ModelConfig, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         # CPUs are slow and inexact in half precision; GPUs run the checkpoint's own dtype.
         return torch.float32 if device.type == "cpu" else DTYPES.get(config.torch_dtype, torch.bfloat16)
@@ -135,15 +136,15 @@ def pick_dtype(dtype: str, config: ModelConfig, device: torch.device) -> torch.d
 
 def load(model_ref: str, device: str = "auto", dtype: str = "auto") -> Loaded:
     path = resolve(model_ref)
-    raw = _read_json(path / "config.json")
+    raw = read_json(path / "config.json")
     if raw is None:
         raise EngineError(f"{path} has no config.json: is it a checkpoint directory?")
     config = ModelConfig.from_hf(raw)
     template = checkpoint_template(path)  # before the weights: a malformed one fails at once
     tokenizer = Tokenizer.from_dir(path)
     _complete_stop_ids(config, tokenizer, path)
-    torch_device = pick_device(device)
-    torch_dtype = pick_dtype(dtype, config, torch_device)
+    torch_device = load_device(device)
+    torch_dtype = load_dtype(dtype, config, torch_device)
     with torch.device("meta"):
         model = SDARModel(config)
     state = _read_weights(path, torch_device, torch_dtype)
@@ -158,7 +159,7 @@ def load(model_ref: str, device: str = "auto", dtype: str = "auto") -> Loaded:
 def _complete_stop_ids(config: ModelConfig, tokenizer: Tokenizer, path: Path) -> None:
     """Stop on the config's EOS, generation_config.json's EOS ids and the chat's <|im_end|>, as SDAR-Chat does."""
     ids = list(config.stop_token_ids)
-    generation = _read_json(path / "generation_config.json") or {}
+    generation = read_json(path / "generation_config.json") or {}
     eos = generation.get("eos_token_id", [])
     ids += eos if isinstance(eos, list) else [eos]
     for token in ("<|im_end|>", "<|endoftext|>"):
@@ -168,7 +169,7 @@ def _complete_stop_ids(config: ModelConfig, tokenizer: Tokenizer, path: Path) ->
 
 
 def _weight_files(path: Path) -> list[Path]:
-    index = _read_json(path / INDEX)
+    index = read_json(path / INDEX)
     if index is not None:
         names = sorted(set((index.get("weight_map") or {}).values()))
         if not names:

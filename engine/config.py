@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dice_lsp.engine.errors import EngineError
@@ -137,3 +139,14 @@ def _refuse_unsupported(raw: dict[str, Any]) -> None:
         problems.append(f"RoPE scaling {kind!r}")
     if problems:
         raise EngineError(f"config.json: unsupported by the engine: {'; '.join(problems)}")
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """One of a checkpoint's JSON files (config.json, generation_config.json, tokenizer_config.json, the weights'
+    index); None when the checkpoint has none, an EngineError naming the file when it cannot be read."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise EngineError(f"{path} is not valid JSON: {error}") from None

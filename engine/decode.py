@@ -16,7 +16,7 @@ import torch
 
 from dice_lsp.engine.config import ModelConfig
 from dice_lsp.engine.errors import EngineError
-from dice_lsp.engine.generation import Generation, Progress
+from dice_lsp.engine.generation import DecodeProgress, Generation
 from dice_lsp.engine.model import KVCache, SDARModel, block_causal_mask
 from dice_lsp.engine.settings import DecodeSettings
 
@@ -89,7 +89,7 @@ def _draw(logits: torch.Tensor, s: DecodeSettings, generator: torch.Generator | 
     return tokens, probs.gather(-1, tokens[..., None])[..., 0]
 
 
-def choose(confidence: torch.Tensor, masked: torch.Tensor, count: torch.Tensor, threshold: float | None):
+def to_commit(confidence: torch.Tensor, masked: torch.Tensor, count: torch.Tensor, threshold: float | None):
     """The masked positions to commit: per row the `count` most confident (ties go left), and with a threshold
     (dynamic) also every one whose confidence exceeds it."""
     confidence = confidence.masked_fill(~masked, float("-inf"))
@@ -219,7 +219,7 @@ def generate(
     model: SDARModel,
     prompt_ids: list[list[int]],
     settings=None,
-    on_block: Callable[[Progress], None] | None = None,
+    on_block: Callable[[DecodeProgress], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     *,
     tokenizer=None,
@@ -286,7 +286,7 @@ def generate(
                 break
             logits = runner.denoise(block, where, lo)
             sampled, confidence = sample(logits, s, generator)
-            commit = choose(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
+            commit = to_commit(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
             block.copy_(torch.where(commit, sampled, block))
             trace[:, lo:hi].masked_fill_(commit, step)
             masked &= ~commit
@@ -307,7 +307,7 @@ def generate_causal(
     model: SDARModel,
     prompt_ids: list[list[int]],
     s: DecodeSettings,
-    on_block: Callable[[Progress], None] | None = None,
+    on_block: Callable[[DecodeProgress], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     *,
     tokenizer=None,
@@ -406,10 +406,10 @@ def _generations(prompt_ids, tokens, trace, start, done, end_of_decoding, steps,
     return out
 
 
-def _progress(blocks, lo, hi, start, done, tokens, tokenizer, began) -> Progress:
+def _progress(blocks, lo, hi, start, done, tokens, tokenizer, began) -> DecodeProgress:
     made = tuple(d[0] if d is not None else max(0, hi - s) for d, s in zip(done, start))
     preview = ""
     if tokenizer is not None:
         tail = tokens[0, max(start[0], start[0] + made[0] - 64) : start[0] + made[0]].tolist()
         preview = tokenizer.decode(tail, skip_special_tokens=True)
-    return Progress(blocks, made, sum(d is not None for d in done), time.perf_counter() - began, preview)
+    return DecodeProgress(blocks, made, sum(d is not None for d in done), time.perf_counter() - began, preview)

@@ -10,7 +10,7 @@ from dice_lsp.engine import prompts, templates
 from dice_lsp.engine.checkpoint import Loaded
 from dice_lsp.engine.decode import generate
 from dice_lsp.engine.errors import EngineError
-from dice_lsp.engine.generation import Draft, Generation, Progress
+from dice_lsp.engine.generation import DecodeProgress, Draft, Generation
 from dice_lsp.engine.settings import DecodeSettings
 
 
@@ -20,7 +20,7 @@ def generate_kernel(
     settings=None,
     samples: int = 1,
     infill_skeleton: str | None = None,
-    on_block: Callable[[Progress], None] | None = None,
+    on_block: Callable[[DecodeProgress], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     **overrides,
 ) -> list[Draft]:

@@ -1,5 +1,5 @@
 """What decoding returns: a `Generation` per sample (tokens, text, commit trace, why it stopped, timing),
-a `Progress` event per committed block, and a `Draft` (a generation turned into a kernel file)."""
+a `DecodeProgress` event per committed block, and a `Draft` (a generation turned into a kernel file)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class Generation:
 
 
 @dataclass(frozen=True)
-class Progress:
+class DecodeProgress:
     """Sent after each committed block."""
 
     blocks: int  # blocks committed so far

@@ -12,6 +12,7 @@ from typing import Any
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from dice_lsp.engine.config import read_json
 from dice_lsp.engine.errors import EngineError
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>")  # SDAR-Chat's, in this order
@@ -44,7 +45,7 @@ class Tokenizer:
             inner = RustTokenizer.from_file(str(path))
         except Exception as error:  # the library raises a bare Exception on malformed files
             raise EngineError(f"{path} is not a valid tokenizers file: {error}") from None
-        settings = _read_json(Path(directory) / "tokenizer_config.json") or {}
+        settings = read_json(Path(directory) / "tokenizer_config.json") or {}
         template_file = Path(directory) / "chat_template.jinja"
         template = template_file.read_text(encoding="utf-8") if template_file.is_file() else None
         return cls(inner, settings, template)
@@ -91,12 +92,3 @@ def train(texts, vocab_size: int, max_length: int = 4096) -> Tokenizer:
         "tokenizer_class": "PreTrainedTokenizerFast",
     }
     return Tokenizer(inner, settings, CHAT_TEMPLATE)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise EngineError(f"{path} is not valid JSON: {error}") from None

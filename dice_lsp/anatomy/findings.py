@@ -12,7 +12,7 @@ from tree_sitter import Node
 
 from dice_lsp.anatomy import related
 from dice_lsp.anatomy.cuda import launches
-from dice_lsp.anatomy.reader import FileReader, Reading, _definition, _descendants, _methods, _module_statements
+from dice_lsp.anatomy.reader import FileReader, Reading, definition_of, descendants_of, methods_of, module_statements
 from dice_lsp.anatomy.types import Anatomy, ClassInfo, Extension, Finding, Related, Span
 
 # Codes, documented once here (README lists them too).
@@ -133,10 +133,10 @@ def find_deceptions(anatomy: Anatomy, reader: FileReader, reading: Reading,
 # -- what forward runs ------------------------------------------------------------------------------------------------
 def _forward_path(class_node: Node, reader: FileReader) -> list[Node]:
     """forward, plus the methods and module-level functions it calls (transitively): the code a trial runs."""
-    methods = _methods(class_node, reader)
+    methods = methods_of(class_node, reader)
     functions = {}
-    for statement in _module_statements(reader.tree.root_node):
-        definition = _definition(statement)
+    for statement in module_statements(reader.tree.root_node):
+        definition = definition_of(statement)
         if definition is not None and definition.type == "function_definition":
             name = definition.child_by_field_name("name")
             if name is not None:
@@ -150,7 +150,7 @@ def _forward_path(class_node: Node, reader: FileReader) -> list[Node]:
         if any(node.id == s.id for s in seen):
             continue
         seen.append(node)
-        for call in _descendants(node, "call"):
+        for call in descendants_of(node, "call"):
             callee = call.child_by_field_name("function")
             text = reader.source(callee) if callee is not None else ""
             if text.startswith("self.") and text[5:] in methods and text[5:] != "__init__":
@@ -170,7 +170,7 @@ def _extension_calls(anatomy: Anatomy, solution: ClassInfo, path: list[Node], re
             receivers.add(extension.variable)
         hits = []
         for node in path:
-            for call in _descendants(node, "call"):
+            for call in descendants_of(node, "call"):
                 callee = call.child_by_field_name("function")
                 text = reader.source(callee) if callee is not None else ""
                 receiver, _, function = text.rpartition(".")
@@ -266,15 +266,15 @@ def _named_for(anatomy: Anatomy, words: set[str]) -> tuple[Related, ...]:
 
 
 def _torch_ops(node: Node, reader: FileReader, aliases: set[str], layers: dict[str, str]):
-    for child in _descendants(node, "binary_operator"):
+    for child in descendants_of(node, "binary_operator"):
         operator = child.child_by_field_name("operator")
         if operator is not None and operator.type == "@":
             yield "@", "matmul", reader.span(child)
-    for child in _descendants(node, "augmented_assignment"):
+    for child in descendants_of(node, "augmented_assignment"):
         operator = child.child_by_field_name("operator")
         if operator is not None and reader.source(operator) == "@=":
             yield "@=", "matmul", reader.span(child)
-    for call in _descendants(node, "call"):
+    for call in descendants_of(node, "call"):
         callee = call.child_by_field_name("function")
         if callee is None:
             continue
@@ -311,11 +311,11 @@ def _functional_aliases(reader: FileReader) -> set[str]:
 
 def _nn_layers(class_node: Node, reader: FileReader) -> dict[str, str]:
     """self.<attr> = nn.<Layer>(...) in __init__: attributes whose call runs a PyTorch layer."""
-    init = _methods(class_node, reader).get("__init__")
+    init = methods_of(class_node, reader).get("__init__")
     layers = {}
     if init is None:
         return layers
-    for assignment in _descendants(init, "assignment"):
+    for assignment in descendants_of(init, "assignment"):
         left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
         if left is None or right is None or right.type != "call":
             continue
@@ -363,12 +363,12 @@ def _check_one_shot(context: _Context) -> None:
 def _check_exceptions(context: _Context, path: list[Node]) -> None:
     reader = context.reader
     for node in path:
-        for statement in _descendants(node, "try_statement"):
+        for statement in descendants_of(node, "try_statement"):
             context.add(EXCEPTION_FALLBACK, reader.span(statement),
                         "try/except in forward: a failing kernel can silently fall back to PyTorch",
                         also=_handlers(statement, reader, "runs instead when the kernel fails"))
     root = reader.tree.root_node
-    for statement in _descendants(root, "try_statement"):
+    for statement in descendants_of(root, "try_statement"):
         body = statement.child_by_field_name("body")
         if body is not None and "load_inline" in reader.source(body):
             context.add(EXCEPTION_FALLBACK, reader.span(statement),
@@ -389,7 +389,7 @@ def _check_reference_reuse(context: _Context, solution: ClassInfo, class_node: N
             context.add(REFERENCE_REUSE, solution.name_span,
                         "ModelNew inherits from Model: the reference's code can run instead of the kernel",
                         also=context.model_part("class", "the reference it inherits"))
-    for call in _descendants(class_node, "call"):
+    for call in descendants_of(class_node, "call"):
         callee = call.child_by_field_name("function")
         text = reader.source(callee).replace(" ", "") if callee is not None else ""
         if text in ("Model", "Model.forward") or text.endswith(".Model") or (
@@ -401,7 +401,7 @@ def _check_reference_reuse(context: _Context, solution: ClassInfo, class_node: N
 def _check_escapes(context: _Context) -> None:
     reader = context.reader
     python = reader.tree.root_node
-    for call in _descendants(python, "call"):
+    for call in descendants_of(python, "call"):
         callee = call.child_by_field_name("function")
         text = reader.source(callee).replace(" ", "") if callee is not None else ""
         if re.search(r"(^|\.)cuda\.(Stream|stream|set_stream|ExternalStream)$", text):
@@ -414,14 +414,14 @@ def _check_escapes(context: _Context) -> None:
                              re.MULTILINE):
         context.add(THREAD, Span(match.start(2), match.end(2)),
                     f"imports `{match.group(2)}`: work on another thread or process escapes the timer")
-    for assignment in list(_descendants(python, "assignment")) + list(_descendants(python, "augmented_assignment")):
+    for assignment in list(descendants_of(python, "assignment")) + list(descendants_of(python, "augmented_assignment")):
         left = assignment.child_by_field_name("left")
         text = reader.source(left).replace(" ", "") if left is not None else ""
         if left is not None and left.type == "attribute" and text.split(".")[0] in ("torch", "time", "triton") and \
                 not text.endswith("allow_tf32"):
             context.add(TIMER_PATCH, reader.span(assignment),
                         f"assigns to `{text}`: patching torch or the timer changes what the harness measures")
-    for call in _descendants(python, "call"):
+    for call in descendants_of(python, "call"):
         callee = call.child_by_field_name("function")
         arguments = call.child_by_field_name("arguments")
         if callee is not None and reader.source(callee) == "setattr" and arguments is not None and \
@@ -466,7 +466,7 @@ def _check_precision(context: _Context, path: list[Node]) -> None:
 def _check_identity_cache(context: _Context, path: list[Node]) -> None:
     reader = context.reader
     for node in path:
-        for call in _descendants(node, "call"):
+        for call in descendants_of(node, "call"):
             callee = call.child_by_field_name("function")
             text = reader.source(callee).replace(" ", "") if callee is not None else ""
             if text.endswith(".data_ptr") or text == "id":

@@ -71,8 +71,8 @@ class FileReader:
         if root.has_error:
             reading.syntax_errors = [self.span(n) for n in _error_nodes(root)]
         self._collect_assignments(root)
-        for node in _module_statements(root):
-            definition = _definition(node)
+        for node in module_statements(root):
+            definition = definition_of(node)
             if definition is None:
                 continue
             name_node = definition.child_by_field_name("name")
@@ -94,7 +94,7 @@ class FileReader:
         return reading
 
     def _collect_assignments(self, root: Node) -> None:
-        for statement in _module_statements(root):
+        for statement in module_statements(root):
             if statement.type != "expression_statement" or not statement.named_children:
                 continue
             assignment = statement.named_children[0]
@@ -244,12 +244,12 @@ class FileReader:
         superclasses = node.child_by_field_name("superclasses")
         if superclasses is not None:
             bases = tuple(self.source(c) for c in superclasses.named_children if c.type != "keyword_argument")
-        methods = _methods(node, self)
+        methods = methods_of(node, self)
         init, forward = methods.get("__init__"), methods.get("forward")
         extension_names = {e.variable for e in extensions if e.variable}
         bindings: dict[str, str] = {}
         if init is not None:
-            for assignment in _descendants(init, "assignment"):
+            for assignment in descendants_of(init, "assignment"):
                 left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
                 if left is None or right is None or left.type != "attribute":
                     continue
@@ -261,7 +261,7 @@ class FileReader:
                 elif right.type == "call" and _callee_tail(right, self) == "load_inline":
                     bindings[target[5:]] = target
         calls = tuple(
-            Call(_callee_text(c, self), self.span(c)) for c in (_descendants(forward, "call") if forward else [])
+            Call(_callee_text(c, self), self.span(c)) for c in (descendants_of(forward, "call") if forward else [])
         )
         return ClassInfo(
             name=self.source(name_node) if name_node else "",
@@ -278,16 +278,16 @@ class FileReader:
 
 
 # -- tree helpers ----------------------------------------------------------------------------------------------------
-def _module_statements(root: Node):
+def module_statements(root: Node):
     """Module-level statements, looking inside top-level if / try / with blocks (guarded imports and builds)."""
     for node in root.named_children:
         yield node
         if node.type in ("if_statement", "try_statement", "with_statement"):
-            for block in _descendants(node, "block", stop_at=("function_definition", "class_definition")):
+            for block in descendants_of(node, "block", stop_at=("function_definition", "class_definition")):
                 yield from block.named_children
 
 
-def _definition(node: Node) -> Node | None:
+def definition_of(node: Node) -> Node | None:
     if node.type == "decorated_definition":
         node = node.child_by_field_name("definition")
     if node is not None and node.type in ("class_definition", "function_definition"):
@@ -295,7 +295,7 @@ def _definition(node: Node) -> Node | None:
     return None
 
 
-def _descendants(node: Node, kind: str, stop_at: tuple[str, ...] = ()):
+def descendants_of(node: Node, kind: str, stop_at: tuple[str, ...] = ()):
     stack = list(reversed(node.named_children))
     while stack:
         current = stack.pop()
@@ -329,7 +329,7 @@ def _callee_tail(call: Node, reader: FileReader) -> str:
 
 
 def _calls_named(root: Node, name: str, reader: FileReader) -> list[Node]:
-    return [call for call in _descendants(root, "call") if _callee_tail(call, reader) == name]
+    return [call for call in descendants_of(root, "call") if _callee_tail(call, reader) == name]
 
 
 def _keyword_arguments(call: Node, reader: FileReader) -> dict[str, Node]:
@@ -360,13 +360,13 @@ def _enclosing_statement(node: Node) -> Node:
     return current
 
 
-def _methods(class_node: Node, reader: FileReader) -> dict[str, Node]:
+def methods_of(class_node: Node, reader: FileReader) -> dict[str, Node]:
     body = class_node.child_by_field_name("body")
     methods: dict[str, Node] = {}
     if body is None:
         return methods
     for statement in body.named_children:
-        definition = _definition(statement)
+        definition = definition_of(statement)
         if definition is not None and definition.type == "function_definition":
             name = definition.child_by_field_name("name")
             if name is not None:

@@ -16,7 +16,7 @@ from dice_lsp.checking import STAGE_WORDS
 from dice_lsp.commands.arguments import count, device, number, positive
 from dice_lsp.commands.errors import CommandError
 from dice_lsp.commands.inspect import read_source
-from dice_lsp.commands.progress import Progress, add_progress_option
+from dice_lsp.commands.progress import ProgressLine, add_progress_option
 from dice_lsp.commands.terminal import shown
 from dice_lsp.harness import Options
 
@@ -90,7 +90,7 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
     reference, solution = locate(args)
-    progress = Progress(args.progress)
+    progress = ProgressLine(args.progress)
     progress.stage(f"checking {solution}")
     solution_text = read_source(solution)
     try:
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.status in ("correct", "built-not-run") else 1
 
 
-def check_in_background(reference: str, solution: str, options: Options, progress: Progress) -> harness.Report:
+def check_in_background(reference: str, solution: str, options: Options, progress: ProgressLine) -> harness.Report:
     """The check on the harness's own thread, while this (the main) thread shows its stage and how long that has run,
     and takes the signals: a Ctrl-C or SIGTERM raised here never lands inside the harness's bookkeeping, and the
     check is cancelled (its solution worker killed, its reference worker closed) before the exception goes on.

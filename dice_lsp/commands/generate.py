@@ -17,7 +17,7 @@ from dice_lsp.anatomy import core_split, find_reference, parse
 from dice_lsp.commands.arguments import device, positive
 from dice_lsp.commands.decoding import add_decoding_options, decoding_from, refuse_identical_samples
 from dice_lsp.commands.errors import CommandError
-from dice_lsp.commands.progress import Progress, add_progress_option
+from dice_lsp.commands.progress import ProgressLine, add_progress_option
 from dice_lsp.commands.terminal import shown
 from dice_lsp.engine.errors import EngineError
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     _check_inputs(args, skeleton, reference)  # before the model loads: seconds on a GPU, wasted on a wrong file
     decoding = decoding_from(args)
     refuse_identical_samples(args.samples, decoding)
-    progress = Progress(args.progress)
+    progress = ProgressLine(args.progress)
     try:
         drafts = _decode(args, decoding, skeleton, reference, progress)
     finally:
@@ -72,7 +72,7 @@ def _check_inputs(args: argparse.Namespace, skeleton: str | None, reference: str
                            "to a variable and passed to load_inline(cuda_sources=...)")
 
 
-def _decode(args: argparse.Namespace, decoding, skeleton: str | None, reference: str, progress: Progress) -> list:
+def _decode(args: argparse.Namespace, decoding, skeleton: str | None, reference: str, progress: ProgressLine) -> list:
     progress.stage("loading torch and the model")
     # These load torch (over a second): only when a kernel is written, never for `dice-lsp --help`.
     from dice_lsp.engine import generate_kernel, load

@@ -19,7 +19,7 @@ def add_progress_option(parser) -> None:
                         help="show progress on stderr (default: only when stderr is a terminal)")
 
 
-class Progress:
+class ProgressLine:
     """`stage(text)` says what the command does now; `note(text)` adds how far it is. Off a terminal, every stage
     is a line and notes are lines at most every `every` seconds."""
 

@@ -92,7 +92,7 @@ def evaluate(plan: Plan, source: Source, settings: dict, on_event: Callable[[Eve
         done = read_records(plan.out)
         wanted = plan.keys()
         skipped = sum(1 for key in wanted if key in done)
-        bar = Progress(progress_bar(len(wanted), skipped, plan.progress), on_event)
+        bar = ProgressBar(progress_bar(len(wanted), skipped, plan.progress), on_event)
         # A reference and a solution worker start while the previous check runs; none are left once eval ends. A
         # reference worker is kept only for the next sample of its problem: another problem's check never comes
         # back to it, and one of a big problem holds its trials' inputs and outputs.
@@ -116,7 +116,7 @@ def evaluate(plan: Plan, source: Source, settings: dict, on_event: Callable[[Eve
 
 
 def fetch(group: list[tuple[Problem, list[int]]], source: Source, references: dict[str, str], log: RecordLog,
-          bar: Progress) -> list[Kernel]:
+          bar: ProgressBar) -> list[Kernel]:
     """The group's kernels from the source; those without code are recorded at once, the rest returned."""
     kernels: list[Kernel] = []
     for problem, samples in group:
@@ -133,13 +133,13 @@ def fetch(group: list[tuple[Problem, list[int]]], source: Source, references: di
 
 
 def record_checks(pipeline: Pipeline, number: int, kernels: list[Kernel], references: dict[str, str],
-                  log: RecordLog, bar: Progress) -> None:
+                  log: RecordLog, bar: ProgressBar) -> None:
     for kernel, checked in results(pipeline, number, kernels):
         log.append(record(kernel, with_static_findings(checked.report, kernel, references), checked))
         bar.advance()
 
 
-class Progress:
+class ProgressBar:
     """The bar, with what is happening after it ("12/32 built, checking level1/3_x#0"): builds and checks are told
     from the harness's threads, so what it shows is changed under a lock."""
 

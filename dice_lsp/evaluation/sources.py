@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from dice_lsp import engine  # its names load lazily: torch only when a model is loaded, never for --solutions
 from dice_lsp.engine.errors import EngineError
-from dice_lsp.engine.generation import Progress
+from dice_lsp.engine.generation import DecodeProgress
 from dice_lsp.evaluation.errors import EvaluationError
 from dice_lsp.evaluation.problems import Problem, read_text, solution_files, solution_path
 
@@ -121,7 +121,7 @@ def generate(reference: str, loaded: Any, decoding: Any, count: int,
              progress: Callable[[str], None] | None = None) -> list[tuple[str | None, str]]:
     """The engine seam: `count` samples for one problem as (code or None, note), one batch of prompts."""
 
-    def on_block(event: Progress) -> None:
+    def on_block(event: DecodeProgress) -> None:
         if progress is not None:
             progress(f"block {event.blocks}, {event.finished}/{count} samples done")
 

@@ -17,7 +17,7 @@ from dice_lsp.train.errors import TrainError
 from dice_lsp.train.pack import IGNORE, group, join
 from dice_lsp.train.rewards import REWARD_CHECKS, group_advantages, judge, outcome
 from dice_lsp.train.rollout import ROLLOUT_DECODING
-from dice_lsp.train.run import Run, RunConfig
+from dice_lsp.train.run import RunConfig, TrainingRun
 from dice_lsp.train.trace import ppo_loss, replay_piece
 
 
@@ -46,7 +46,7 @@ def train(run_config: RunConfig, config: RLConfig) -> dict:
     pairs = easy_to_hard(read_pairs(config.data, need_solution=config.stage == "infill"))
     per_pass = math.ceil(len(pairs) / config.tasks_per_step)
     total = config.steps or per_pass
-    run = Run(run_config, f"rl-{config.stage}", total)
+    run = TrainingRun(run_config, f"rl-{config.stage}", total)
     try:
         prompts = [prompt_ids(run.tokenizer, p, config.stage) for p in pairs]
         usable = [i for i, p in enumerate(prompts) if p is not None]
@@ -80,7 +80,7 @@ def reward_checks(config: RLConfig) -> Options:
     return config.harness
 
 
-def rollouts(run: Run, config: RLConfig, prompts: list[list[int]], seed: int):
+def rollouts(run: TrainingRun, config: RLConfig, prompts: list[list[int]], seed: int):
     """G generations per prompt (dynamic decoding, commit traces kept), decoded `rollout_batch` at a time."""
     settings = replace(ROLLOUT_DECODING, block_size=run.model_config.block_size, steps=config.steps_per_block,
                        threshold=config.threshold, temperature=config.temperature,
@@ -94,7 +94,7 @@ def rollouts(run: Run, config: RLConfig, prompts: list[list[int]], seed: int):
     return out
 
 
-def rl_step(run: Run, config: RLConfig, pairs, prompts, tasks: list[int], options) -> dict:
+def rl_step(run: TrainingRun, config: RLConfig, pairs, prompts, tasks: list[int], options) -> dict:
     """Rollouts, rewards and one TraceRL policy update for `tasks` (this rank takes every world-size-th one)."""
     cfg = run.model_config
     mine = tasks[run.world.rank :: run.world.size]

@@ -1,5 +1,5 @@
 """The moving parts every training run shares: model (full or LoRA), optimizer, schedule, precision, devices,
-checkpoints with resume, metrics and progress. SFT and RL each drive a `Run` one optimizer step at a time."""
+checkpoints with resume, metrics and progress. SFT and RL each drive a `TrainingRun` one optimizer step at a time."""
 
 from __future__ import annotations
 
@@ -54,7 +54,10 @@ class RunConfig:
     stop_after: float = 0.0
 
 
-class Run:
+class TrainingRun:
+    """One fine-tuning run in `config.out`: the model, its optimizer and schedule, on every rank, resumed from the
+    latest checkpoint there; SFT and RL call it one optimizer step at a time."""
+
     def __init__(self, config: RunConfig, kind: str, total_steps: int):
         self.config, self.kind, self.total_steps = config, kind, total_steps
         self.out = Path(config.out)

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import torch
 
 from dice_lsp.engine.checkpoint import resolve
-from dice_lsp.engine.config import ModelConfig
-from dice_lsp.engine.tokenizer import Tokenizer, _read_json
+from dice_lsp.engine.config import ModelConfig, read_json
+from dice_lsp.engine.tokenizer import Tokenizer
 from dice_lsp.train.data import Sample, read_pairs, sft_samples
 from dice_lsp.train.distributed import all_sum
 from dice_lsp.train.errors import TrainError
 from dice_lsp.train.pack import IGNORE, Piece, group, join
-from dice_lsp.train.run import Run, RunConfig
+from dice_lsp.train.run import RunConfig, TrainingRun
 
 MIN_NOISE = 1e-3
 
@@ -112,7 +112,7 @@ def train(run_config: RunConfig, config: SFTConfig) -> dict:
         total = per_epoch * config.epochs
         if config.max_steps:
             total = min(total, config.max_steps)
-        run = Run(run_config, "sft", total)
+        run = TrainingRun(run_config, "sft", total)
         if run.world.size > config.batch_size:
             raise TrainError(f"--batch-size {config.batch_size} is smaller than the {run.world.size} ranks")
         budget = config.token_budget or 2 * (config.cutoff + run.model_config.block_size)
@@ -139,7 +139,8 @@ def train(run_config: RunConfig, config: SFTConfig) -> dict:
             run.close()
 
 
-def sft_step(run: Run, samples: list[Sample], chosen: list[int], epoch: int, budget: int, pad_rows: bool) -> dict:
+def sft_step(run: TrainingRun, samples: list[Sample], chosen: list[int], epoch: int, budget: int,
+             pad_rows: bool) -> dict:
     """One optimizer step over the samples `chosen` (this rank takes every world-size-th one)."""
     cfg = run.model_config
     mine = chosen[run.world.rank :: run.world.size]
@@ -167,4 +168,4 @@ def sft_step(run: Run, samples: list[Sample], chosen: list[int], epoch: int, bud
 
 def _tokenizer_and_config(model_ref: str) -> tuple[Tokenizer, ModelConfig]:
     path = resolve(model_ref)
-    return Tokenizer.from_dir(path), ModelConfig.from_hf(_read_json(path / "config.json") or {})
+    return Tokenizer.from_dir(path), ModelConfig.from_hf(read_json(path / "config.json") or {})

@@ -17,7 +17,7 @@ import pytest
 from dice_lsp import engine
 from dice_lsp.cli import main
 from dice_lsp.engine import checkpoint
-from dice_lsp.engine.generation import Draft, Generation, Progress
+from dice_lsp.engine.generation import DecodeProgress, Draft, Generation
 
 PROBLEM = Path(__file__).resolve().parents[1] / "harness" / "files" / "add_reference.py"
 KERNEL = "import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
@@ -37,7 +37,7 @@ class FakeEngine:
         return SimpleNamespace(device="cpu")
 
     def generate_kernel(self, reference, loaded, decoding, samples, infill_skeleton=None, seed=None, on_block=None):
-        on_block(Progress(blocks=2, tokens=(8,) * samples, finished=0, seconds=0.5))
+        on_block(DecodeProgress(blocks=2, tokens=(8,) * samples, finished=0, seconds=0.5))
         return [Draft(Generation((1,) * 64, (0,) * 64, stop, "```python\n" + self.code), self.code)
                 for stop in self.stops[:samples]]
 

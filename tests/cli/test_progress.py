@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dice_lsp.commands.progress import Progress
+from dice_lsp.commands.progress import ProgressLine
 
 HARNESS_FILES = Path(__file__).resolve().parents[1] / "harness" / "files"
 
@@ -23,7 +23,7 @@ class Terminal(io.StringIO):
 
 def test_a_terminal_gets_one_line_rewritten_and_blanked_at_the_end():
     stream = Terminal()
-    progress = Progress(None, stream)
+    progress = ProgressLine(None, stream)
     progress.stage("loading model")
     progress.note("block 3")
     progress.stage("decoding")
@@ -36,20 +36,20 @@ def test_a_terminal_gets_one_line_rewritten_and_blanked_at_the_end():
 
 def test_off_a_terminal_only_on_request_and_as_plain_lines():
     quiet = io.StringIO()
-    Progress(None, quiet).stage("loading")
+    ProgressLine(None, quiet).stage("loading")
     assert quiet.getvalue() == ""
     log = io.StringIO()
-    progress = Progress(True, log, every=3600.0)
+    progress = ProgressLine(True, log, every=3600.0)
     progress.stage("checking sol.py")
     progress.note("1 s")  # within `every` of the stage's line: not repeated into the log
     progress.stage("timing")
     assert log.getvalue() == "checking sol.py\ntiming\n"
-    assert Progress(False, Terminal()).enabled is False
+    assert ProgressLine(False, Terminal()).enabled is False
 
 
 def test_progress_text_from_files_is_escaped():
     log = io.StringIO()
-    Progress(True, log).stage("checking sol\x1b[2K\r.py")
+    ProgressLine(True, log).stage("checking sol\x1b[2K\r.py")
     assert log.getvalue() == "checking sol\\x1b[2K\\r.py\n"
 
 

@@ -80,10 +80,10 @@ def test_user_errors_are_one_line_with_the_fix(problem_set, tmp_path, capsys):
 
 def test_the_engine_seam_reads_drafts_and_reports_blocks(monkeypatch):
     from dice_lsp import engine
-    from dice_lsp.engine.generation import Draft, Generation, Progress
+    from dice_lsp.engine.generation import DecodeProgress, Draft, Generation
 
     def generate_kernel(reference, loaded, decoding, samples, on_block):
-        on_block(Progress(blocks=3, tokens=(96,) * samples, finished=1, seconds=0.5))
+        on_block(DecodeProgress(blocks=3, tokens=(96,) * samples, finished=1, seconds=0.5))
         made = Generation(token_ids=(1, 2), trace=(0, 1), stop_reason="stop")
         return [Draft(made, "class ModelNew: ...\n"), Draft(made, None, "no code block in the output")][:samples]
 

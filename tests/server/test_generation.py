@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from dice_lsp.engine.errors import EngineError
-from dice_lsp.generation import EngineWorker, GenerationCancelled, GenerationError, _failure
+from dice_lsp.generation import EngineWorker, GenerationCancelled, GenerationError, failure_answer
 from dice_lsp.generation_messages import (
-    TO_CHILD, TO_SERVER, Cancelled, Decoded, Failed, Job, ProtocolError, expect,
+    TO_CHILD, TO_SERVER, Cancelled, Decoded, Job, JobFailed, ProtocolError, expect,
 )
 from dice_lsp.settings import Decoding
 
@@ -30,7 +30,7 @@ def failure_of(error: Exception, cancelled: bool = False, loaded: dict | None = 
     try:
         raise error
     except Exception as raised:  # as the child's loop catches it
-        return _failure(raised, job(), loaded if loaded is not None else {}, event)
+        return failure_answer(raised, job(), loaded if loaded is not None else {}, event)
 
 
 def test_a_cancel_is_cancelled_whatever_was_raised():
@@ -72,7 +72,7 @@ def test_the_childs_traceback_reaches_the_server_log(tmp_path, caplog):
 
 
 def test_an_unexpected_error_is_logged_as_an_error_with_its_trace(caplog):
-    error = EngineWorker._error(Failed("KeyError", "'x'", "Traceback ...\nKeyError: 'x'"))
+    error = EngineWorker._error(JobFailed("KeyError", "'x'", "Traceback ...\nKeyError: 'x'"))
     assert isinstance(error, GenerationError) and error.kind == "KeyError"
     [record] = caplog.records
     assert record.levelno == logging.ERROR and "KeyError: 'x'" in record.getMessage()

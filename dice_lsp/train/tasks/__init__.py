@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from dice_lsp.train.errors import TrainError
 from dice_lsp.train.tasks import attention, channel_norm, conv, elementwise, fusion, loss, matmul, norm, pooling, \
-    reduce, scan, strided, vector_norm  # noqa: F401  (they register templates)
+    reduce, scan, softmax, strided, vector_norm  # noqa: F401  (they register templates)
 from dice_lsp.train.tasks.catalog import TEMPLATES
 from dice_lsp.train.tasks.problem import sample_layout, shown, write
 
@@ -57,15 +57,15 @@ def render(family: str, template: str, seed: int, heldout_style: bool = False, s
     if (family, template) not in TEMPLATES:
         raise TrainError(f"no template {family}/{template}; templates are "
                          + ", ".join(f"{f}/{t}" for f, t in sorted(TEMPLATES)))
-    draft = TEMPLATES[(family, template)](random.Random(f"{family}/{template}/{seed}"))
+    rendered = TEMPLATES[(family, template)](random.Random(f"{family}/{template}/{seed}"))
     rng = random.Random(f"layout/{family}/{template}/{seed}/{heldout_style}")
     layout = sample_layout(rng, heldout_style, size)
-    text = write(draft.reference, layout, rng)
-    layout = shown(draft.reference, layout)
-    split = split_of(family, template, draft.shape_class)
+    text = write(rendered.reference, layout, rng)
+    layout = shown(rendered.reference, layout)
+    split = split_of(family, template, rendered.shape_class)
     if layout.heldout:
         split = "heldout-style" if split == "train" else "heldout-both"
-    return Task(family, template, draft.shape_class, split, text, draft.solution, layout.key)
+    return Task(family, template, rendered.shape_class, split, text, rendered.solution, layout.key)
 
 
 def speed_weights(speedups: dict[str, float | None], floor: float = 0.25, cap: float = 2.0) -> dict[str, float]:

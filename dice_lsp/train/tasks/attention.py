@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import sample_style, solution_file
 
@@ -88,7 +88,7 @@ ${checked}
 """
 
 
-def _attention_task(rng: random.Random) -> Draft:
+def _attention_task(rng: random.Random) -> RenderedTask:
     causal = rng.random() < 0.4
     batch, heads = rng.choice((1, 2, 4, 8, 16)), rng.choice((1, 4, 8, 12))
     length = rng.choice((64, 128, 197, 256, 512, 1024))
@@ -118,7 +118,8 @@ def _attention_task(rng: random.Random) -> Draft:
                                          "torch::Tensor v, bool causal);",
                              init_params="", init_body="", forward_params="q, k, v",
                              call_args=f"{style.arg('q')}, {style.arg('k')}, {style.arg('v')}, {causal}")
-    return Draft(reference, solution, f"{'causal' if causal else 'full'}-d{head_dim}-{'long' if length >= 512 else 'short'}")
+    shape_class = f"{'causal' if causal else 'full'}-d{head_dim}-{'long' if length >= 512 else 'short'}"
+    return RenderedTask(reference, solution, shape_class)
 
 
 template("attention", "block_per_query")(_attention_task)

@@ -12,7 +12,7 @@ from dice_lsp.train.tasks.problem import Problem
 
 
 @dataclass(frozen=True)
-class Draft:
+class RenderedTask:
     """One rendered task before its split is decided; `shape_class` names the parameter combination it belongs to."""
 
     reference: Problem
@@ -20,7 +20,7 @@ class Draft:
     shape_class: str
 
 
-Maker = Callable[[random.Random], Draft]
+Maker = Callable[[random.Random], RenderedTask]
 
 TEMPLATES: dict[tuple[str, str], Maker] = {}
 
@@ -52,3 +52,9 @@ def size_class(shape: list[int]) -> str:
     for dim in shape:
         count *= dim
     return f"rank{len(shape)}-{'small' if count < 1 << 18 else 'large'}"
+
+
+def shape_names(shape: list[int]) -> list[str]:
+    """The names a reference gives the dims of a `shape` of rank 2, 3 or 4."""
+    return (["batch_size", "dim"] if len(shape) == 2 else
+            ["batch_size", "channels", "dim"] if len(shape) == 3 else ["batch_size", "channels", "height", "width"])

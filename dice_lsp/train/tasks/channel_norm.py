@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.spatial import SPATIAL_NAMES, constants, spatial_shape
 from dice_lsp.train.tasks.style import sample_style, solution_file
@@ -43,7 +43,7 @@ ${checked}
 }
 """
 
-_GROUP = """${includes}
+GROUP_NORM = """${includes}
 
 // the block's sum; every thread gets it
 __device__ float ${block_sum}(float v, float* scratch) {
@@ -101,7 +101,7 @@ def _shape(rng: random.Random, nd: int) -> tuple[int, int, list[int]]:
     return batch, channels, spatial_shape(rng, nd, (1 << 22) // (batch * channels))
 
 
-def _batch_task(rng: random.Random) -> Draft:
+def _batch_task(rng: random.Random) -> RenderedTask:
     nd = rng.choice((0, 1, 2, 3))
     batch, channels, spatial = _shape(rng, max(nd, 1))
     spatial = spatial if nd else []
@@ -121,10 +121,10 @@ def _batch_task(rng: random.Random) -> Draft:
                              init_params="num_features: int", init_body=init, forward_params="x",
                              call_args=f"{style.arg('x')}, self.bn.running_mean, self.bn.running_var, self.bn.weight, "
                                        "self.bn.bias, self.bn.eps")
-    return Draft(reference, solution, f"batch-{nd}d")
+    return RenderedTask(reference, solution, f"batch-{nd}d")
 
 
-def _group_task(rng: random.Random) -> Draft:
+def _group_task(rng: random.Random) -> RenderedTask:
     kind = rng.choice(("instance", "group"))
     nd = rng.choice((1, 2, 3)) if kind == "instance" else rng.choice((0, 1, 2))
     batch, channels, spatial = _shape(rng, max(nd, 1))
@@ -151,14 +151,14 @@ def _group_task(rng: random.Random) -> Draft:
                         inputs=f"torch.randn({', '.join(names[:2] + spatial_names)})", init_inputs=init_inputs,
                         what=f"{kind} normalization")
     style = sample_style(rng, f"{kind}_norm", (128, 256, 512))
-    cuda = style.fill(_GROUP, includes=style.includes(), kernel=style.kernel(), inputs=style.inputs("x"),
+    cuda = style.fill(GROUP_NORM, includes=style.includes(), kernel=style.kernel(), inputs=style.inputs("x"),
                       what=f"{kind} norm", block_sum="block_sum" if style.naming % 2 else "sum_block")
     declaration = (f"torch::Tensor {style.host}(torch::Tensor x, c10::optional<torch::Tensor> weight, "
                    "c10::optional<torch::Tensor> bias, int64_t groups, double eps);")
     solution = solution_file(style, cuda=cuda, declaration=declaration, init_params=init_params, init_body=init,
                              forward_params="x", call_args=f"{style.arg('x')}, self.norm.weight, self.norm.bias, "
                                                            f"{groups}, self.norm.eps")
-    return Draft(reference, solution, f"{kind}-{nd}d{'-affine' if affine else ''}")
+    return RenderedTask(reference, solution, f"{kind}-{nd}d{'-affine' if affine else ''}")
 
 
 template("norm", "batch_eval")(_batch_task)

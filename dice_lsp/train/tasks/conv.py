@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.spatial import FILL, GEOMETRY, OUT_DIRECT, OUT_TRANSPOSED, SPATIAL_NAMES, UNRAVEL, \
     constants, out_size, spatial_shape
@@ -186,7 +186,7 @@ def _layer(p: dict, kind: str, transposed: bool, settings: list[tuple[str, int]]
     return f"{layer}(in_channels, {out}, {kernel}, {', '.join(extra)}, bias={p['bias']})"
 
 
-def _conv_task(rng: random.Random, name: str) -> Draft:
+def _conv_task(rng: random.Random, name: str) -> RenderedTask:
     transposed = name == "transposed"
     kind = "standard" if transposed else rng.choice(("standard", "grouped", "depthwise", "pointwise"))
     if name == "separable":
@@ -253,7 +253,7 @@ def _conv_task(rng: random.Random, name: str) -> Draft:
                              forward_params="x", call_args=", ".join([style.arg("x")] + call + scalars))
     shape_class = (f"{kind}-{p['nd']}d-k{p['kernel']}-s{p['stride']}-d{p['dilation']}"
                    f"-{'pad' if p['padding'] else 'valid'}{'-bias' if p['bias'] else ''}")
-    return Draft(reference, solution, shape_class)
+    return RenderedTask(reference, solution, shape_class)
 
 
 for _name in ("direct", "transposed", "separable"):

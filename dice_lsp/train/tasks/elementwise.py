@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from dice_lsp.train.tasks.catalog import Draft, size_class, sizes, template
+from dice_lsp.train.tasks.catalog import RenderedTask, shape_names, size_class, sizes, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import Style, sample_style, solution_file
 
@@ -72,7 +72,7 @@ def unaries(rng: random.Random) -> list[Unary]:
 
 def _shape_text(shape: list[int]) -> tuple[str, str]:
     """Module-level size constants and the tuple text that uses them, KernelBench style."""
-    names = _shape_names(shape)
+    names = shape_names(shape)
     constants = "\n".join(f"{name} = {value}" for name, value in zip(names, shape))
     return constants, ", ".join(names)
 
@@ -168,7 +168,7 @@ ${checked}
 _UNARY_TEMPLATES = {"one_per_thread": _ONE_PER_THREAD, "grid_stride": _GRID_STRIDE, "float4": _FLOAT4}
 
 
-def _unary_task(rng: random.Random, name: str, op: Unary) -> Draft:
+def _unary_task(rng: random.Random, name: str, op: Unary) -> RenderedTask:
     rank = rng.choice((2, 3))
     shape = sizes(rng, rank, (1 << 14, 1 << 22), multiple=4 if name == "float4" else 1)
     style = sample_style(rng, op.stem)
@@ -182,12 +182,12 @@ def _unary_task(rng: random.Random, name: str, op: Unary) -> Draft:
                       inputs=style.inputs("x"))
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor x);",
                              init_params="", init_body="", forward_params="x", call_args=style.arg("x"))
-    return Draft(reference, solution, f"{op.stem}-{size_class(shape)}")
+    return RenderedTask(reference, solution, f"{op.stem}-{size_class(shape)}")
 
 
 def _register_unary(family: str, ops) -> None:
     for name in _UNARY_TEMPLATES:
-        def make(rng: random.Random, name: str = name) -> Draft:
+        def make(rng: random.Random, name: str = name) -> RenderedTask:
             return _unary_task(rng, name, rng.choice(ops(rng)))
         template(family, name)(make)
 
@@ -372,18 +372,13 @@ def _broadcast_shapes(rng: random.Random, name: str) -> tuple[list[int], list[in
     return shape, other, kind
 
 
-def _shape_names(shape: list[int]) -> list[str]:
-    return (["batch_size", "dim"] if len(shape) == 2 else
-            ["batch_size", "channels", "dim"] if len(shape) == 3 else ["batch_size", "channels", "height", "width"])
-
-
 _BINARY_TEMPLATES = {"same_shape": _SAME, "row_broadcast": _ROW, "column_broadcast": _COLUMN, "strided": _STRIDED}
 
 
-def _binary_task(rng: random.Random, name: str) -> Draft:
+def _binary_task(rng: random.Random, name: str) -> RenderedTask:
     op = rng.choice(binaries(rng))
     shape, other, kind = _broadcast_shapes(rng, name)
-    names = _shape_names(shape)
+    names = shape_names(shape)
     constants = "\n".join(f"{n} = {v}" for n, v in zip(names, shape))
     b_dims = ", ".join(n if d != 1 else "1" for n, d in zip(names[len(names) - len(other):], other))
     if name == "row_broadcast":
@@ -402,7 +397,7 @@ def _binary_task(rng: random.Random, name: str) -> Draft:
                              declaration=f"torch::Tensor {style.host}(torch::Tensor a, torch::Tensor b);",
                              init_params="", init_body="", forward_params="a, b",
                              call_args=f"{style.arg('a')}, {style.arg('b')}")
-    return Draft(reference, solution, f"{op.stem}-{kind}-rank{len(shape)}")
+    return RenderedTask(reference, solution, f"{op.stem}-{kind}-rank{len(shape)}")
 
 
 for _name in _BINARY_TEMPLATES:

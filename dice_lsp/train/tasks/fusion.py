@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 import re
 
-from dice_lsp.train.tasks.catalog import Draft, size_class, sizes, template
-from dice_lsp.train.tasks.elementwise import _shape_names, activations
+from dice_lsp.train.tasks.catalog import RenderedTask, shape_names, size_class, sizes, template
+from dice_lsp.train.tasks.elementwise import activations
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import sample_style, solution_file
 
@@ -79,10 +79,10 @@ ${checked}
 """
 
 
-def _add_act(rng: random.Random) -> Draft:
+def _add_act(rng: random.Random) -> RenderedTask:
     act = rng.choice(activations(rng))
     shape = sizes(rng, rng.choice((2, 3)), (1 << 14, 1 << 22))
-    names = _shape_names(shape)
+    names = shape_names(shape)
     stem = f"add_{act.stem}"
     style = sample_style(rng, stem)
     total = rng.choice(("a + b", "torch.add(a, b)"))
@@ -99,13 +99,13 @@ def _add_act(rng: random.Random) -> Draft:
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor a, torch::Tensor b);",
                              init_params="", init_body="", forward_params="a, b",
                              call_args=f"{style.arg('a')}, {style.arg('b')}")
-    return Draft(reference, solution, f"{stem}-{size_class(shape)}")
+    return RenderedTask(reference, solution, f"{stem}-{size_class(shape)}")
 
 
-def _bias_act(rng: random.Random) -> Draft:
+def _bias_act(rng: random.Random) -> RenderedTask:
     act = rng.choice(activations(rng))
     shape = sizes(rng, rng.choice((2, 3)), (1 << 14, 1 << 22), multiple=4)
-    names = _shape_names(shape)
+    names = shape_names(shape)
     stem = f"bias_{act.stem}"
     style = sample_style(rng, stem)
     init = "self.bias = nn.Parameter(torch.randn(dim) * 0.1)"
@@ -121,7 +121,7 @@ def _bias_act(rng: random.Random) -> Draft:
                              declaration=f"torch::Tensor {style.host}(torch::Tensor x, torch::Tensor bias);",
                              init_params="dim: int", init_body=init, forward_params="x",
                              call_args=f"{style.arg('x')}, self.bias")
-    return Draft(reference, solution, f"{stem}-{size_class(shape)}")
+    return RenderedTask(reference, solution, f"{stem}-{size_class(shape)}")
 
 
 template("fusion", "add_act")(_add_act)

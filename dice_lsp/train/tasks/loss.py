@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import sample_style, solution_file
 
@@ -171,7 +171,7 @@ ${checked}
 """
 
 
-def _loss_task(rng: random.Random, name: str) -> Draft:
+def _loss_task(rng: random.Random, name: str) -> RenderedTask:
     loss = rng.choice(elementwise_losses(rng) if name == "elementwise" else row_losses(rng))
     batch = rng.choice((64, 128, 256, 1000, 4096, 16384))
     dim = rng.choice((10, 100, 128, 1000, 4096))
@@ -207,7 +207,7 @@ def _loss_task(rng: random.Random, name: str) -> Draft:
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}({signature});",
                              init_params="", init_body="", forward_params=loss.names,
                              call_args=", ".join(style.arg(p) for p in params))
-    return Draft(reference, solution, f"{loss.stem}-{'wide' if dim >= 1000 else 'narrow'}")
+    return RenderedTask(reference, solution, f"{loss.stem}-{'wide' if dim >= 1000 else 'narrow'}")
 
 
 template("loss", "elementwise")(lambda rng: _loss_task(rng, "elementwise"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 
-from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.elementwise import activations
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import sample_style, solution_file
@@ -100,7 +100,7 @@ def _dims(rng: random.Random) -> tuple[int, int, int]:
             return m, k, n
 
 
-def _matmul_task(rng: random.Random, name: str, family: str) -> Draft:
+def _matmul_task(rng: random.Random, name: str, family: str) -> RenderedTask:
     source = rng.choice(("inputs", "linear", "parameter"))
     m, k, n = _dims(rng)
     has_bias = source != "inputs" and (family == "fusion" or rng.random() < 0.6)
@@ -190,7 +190,8 @@ def _matmul_task(rng: random.Random, name: str, family: str) -> Draft:
                              init_params=init_params, init_body="\n".join(mine), forward_params=forward_params,
                              call_args=", ".join(call))
     size = "small" if m * n * k < 1 << 24 else "large"
-    return Draft(reference, solution, f"{source}-{'bias-' if has_bias else ''}{'-'.join(steps) or 'plain'}-{size}")
+    shape_class = f"{source}-{'bias-' if has_bias else ''}{'-'.join(steps) or 'plain'}-{size}"
+    return RenderedTask(reference, solution, shape_class)
 
 
 for _name in _TEMPLATES:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import random
 
-from dice_lsp.train.tasks.catalog import Draft, sizes, template
-from dice_lsp.train.tasks.elementwise import _shape_names
+from dice_lsp.train.tasks.catalog import RenderedTask, shape_names, sizes, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import sample_style, solution_file
 
@@ -147,13 +146,13 @@ def _reference_parts(rng: random.Random, kind: str, affine: str, eps: float) -> 
     return "\n".join(lines), body, False, "\n".join(mine)
 
 
-def _norm_task(rng: random.Random, name: str) -> Draft:
+def _norm_task(rng: random.Random, name: str) -> RenderedTask:
     kind = rng.choice(("layer", "rms"))
     affine = rng.choice(("none", "weight", "weight_bias") if kind == "layer" else ("none", "weight"))
     eps = rng.choice((1e-5, 1e-6))
     rank = rng.choice((2, 3))
     shape = sizes(rng, rank, (1 << 14, 1 << 22))
-    names = _shape_names(shape)
+    names = shape_names(shape)
     stem = f"{kind}_norm"
     style = sample_style(rng, stem, (128, 256, 512))
     init, forward, functional, mine = _reference_parts(rng, kind, affine, eps)
@@ -178,7 +177,7 @@ def _norm_task(rng: random.Random, name: str) -> Draft:
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}({signature});",
                              init_params="normalized_shape: int", init_body=mine, forward_params="x",
                              call_args=", ".join(call))
-    return Draft(reference, solution, f"{stem}-{affine}-rank{rank}-{'small' if shape[-1] < 1024 else 'wide'}")
+    return RenderedTask(reference, solution, f"{stem}-{affine}-rank{rank}-{'small' if shape[-1] < 1024 else 'wide'}")
 
 
 for _name in _TEMPLATES:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.spatial import FILL, GEOMETRY, OUT_DIRECT, SPATIAL_NAMES, UNRAVEL, constants, out_size, \
     spatial_shape
@@ -60,7 +60,7 @@ _OPS = {"max": ("-FLT_MAX", "fmaxf(acc, v)", "acc"),
         "avg": ("0.0f", "acc + v", "acc / (float)(g.kernel[0] * g.kernel[1] * g.kernel[2])")}
 
 
-def _pool_task(rng: random.Random, kind: str) -> Draft:
+def _pool_task(rng: random.Random, kind: str) -> RenderedTask:
     nd = rng.choice((1, 2, 3))
     kernel = rng.choice((2, 3, 4) if nd == 3 else (2, 3, 4, 5))
     stride = rng.choice((1, 2, kernel))
@@ -106,7 +106,7 @@ def _pool_task(rng: random.Random, kind: str) -> Draft:
     solution = solution_file(style, cuda=cuda, declaration=declaration, init_params=init_params, init_body=mine,
                              forward_params="x", call_args=", ".join(call))
     shape_class = f"{nd}d-k{kernel}-s{'k' if stride == kernel else stride}-p{padding}-d{dilation}"
-    return Draft(reference, solution, shape_class)
+    return RenderedTask(reference, solution, shape_class)
 
 
 template("pooling", "max")(lambda rng: _pool_task(rng, "max"))

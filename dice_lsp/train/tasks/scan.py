@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from dice_lsp.train.tasks.catalog import Draft, sizes, template
+from dice_lsp.train.tasks.catalog import RenderedTask, sizes, template
 from dice_lsp.train.tasks.problem import problem
-from dice_lsp.train.tasks.reduce import _GEOMETRY
+from dice_lsp.train.tasks.reduce import GEOMETRY
 from dice_lsp.train.tasks.style import sample_style, solution_file
 
 
@@ -120,7 +120,7 @@ _MASK_CHECK = """    TORCH_CHECK(mask.is_cuda() && mask.is_contiguous(), "mask m
 _TEMPLATES = {"thread_per_line": _LINE, "warp_row": _WARP}
 
 
-def _scan_task(rng: random.Random, name: str) -> Draft:
+def _scan_task(rng: random.Random, name: str) -> RenderedTask:
     op = rng.choice(scans(rng))
     rank = rng.choice((2, 3))
     shape = sizes(rng, rank, (1 << 12, 1 << 21))
@@ -144,14 +144,14 @@ def _scan_task(rng: random.Random, name: str) -> Draft:
                       mask_param=f"const bool*{style.ptr} mask, " if op.masked else "",
                       mask_arg="torch::Tensor mask, " if op.masked else "",
                       mask_ptr="mask.data_ptr<bool>(), " if op.masked else "",
-                      inputs=style.inputs("x") + ("\n" + _MASK_CHECK if op.masked else ""), geometry=_GEOMETRY)
+                      inputs=style.inputs("x") + ("\n" + _MASK_CHECK if op.masked else ""), geometry=GEOMETRY)
     declaration = f"torch::Tensor {style.host}(torch::Tensor x, {'torch::Tensor mask, ' if op.masked else ''}int64_t dim);"
     call = [style.arg("x")] + (["mask"] if op.masked else []) + ["self.dim"]
     solution = solution_file(style, cuda=cuda, declaration=declaration, init_params="dim: int",
                              init_body="self.dim = dim", forward_params="x, mask" if op.masked else "x",
                              call_args=", ".join(call))
     where = "last" if last else f"dim{dim}"
-    return Draft(reference, solution, f"{op.stem}-rank{rank}-{where}")
+    return RenderedTask(reference, solution, f"{op.stem}-rank{rank}-{where}")
 
 
 for _name in _TEMPLATES:

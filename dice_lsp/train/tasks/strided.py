@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from dice_lsp.train.tasks.catalog import Draft, template
+from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import sample_style, solution_file
 
@@ -222,7 +222,7 @@ def _rows_per_unit(variant: str, constants: str) -> int:
     return 1
 
 
-def _strided_task(rng: random.Random, name: str) -> Draft:
+def _strided_task(rng: random.Random, name: str) -> RenderedTask:
     variant = rng.choice(VARIANTS)
     m, k, n = _dims(rng, variant)
     body, constants, inputs, (ta, tb, triangle) = _reference(rng, variant, m, k, n)
@@ -240,7 +240,7 @@ def _strided_task(rng: random.Random, name: str) -> Draft:
                              forward_params="A, B",
                              call_args=f"{style.arg('A')}, {style.arg('B')}, {ta}, {tb}, {triangle}")
     size = "small" if m * n * k < 1 << 24 else "large"
-    return Draft(reference, solution, f"{variant}-{size}")
+    return RenderedTask(reference, solution, f"{variant}-{size}")
 
 
 _DIAG = """${includes}
@@ -267,7 +267,7 @@ ${checked}
 """
 
 
-def _diag_task(rng: random.Random) -> Draft:
+def _diag_task(rng: random.Random) -> RenderedTask:
     n, m = rng.choice((256, 1000, 4096)), rng.choice((256, 1024, 4095))
     body = rng.choice(("return torch.diag(A) @ B", "return torch.matmul(torch.diag(A), B)"))
     reference = problem(init_params="", init_body="", forward_params="A, B", forward_body=body,
@@ -278,7 +278,7 @@ def _diag_task(rng: random.Random) -> Draft:
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor a, torch::Tensor b);",
                              init_params="", init_body="", forward_params="A, B",
                              call_args=f"{style.arg('A')}, {style.arg('B')}")
-    return Draft(reference, solution, f"diag-{'large' if n * m > 1 << 22 else 'small'}")
+    return RenderedTask(reference, solution, f"diag-{'large' if n * m > 1 << 22 else 'small'}")
 
 
 for _name in _TEMPLATES:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import random
 
-from dice_lsp.train.tasks.catalog import Draft, sizes, template
-from dice_lsp.train.tasks.channel_norm import _GROUP
+from dice_lsp.train.tasks.catalog import RenderedTask, sizes, template
+from dice_lsp.train.tasks.channel_norm import GROUP_NORM
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.style import sample_style, solution_file
 
-_BLOCK_SUM = _GROUP[_GROUP.index("// the block's sum"):_GROUP.index("// ${what}")].replace("${block_sum}", "block_sum")
+_BLOCK_SUM = GROUP_NORM[GROUP_NORM.index("// the block's sum"):GROUP_NORM.index("// ${what}")].replace(
+    "${block_sum}", "block_sum")
 
 _ROWS = """${includes}
 
@@ -78,7 +79,7 @@ ${checked_again}
 """
 
 
-def _rows_task(rng: random.Random) -> Draft:
+def _rows_task(rng: random.Random) -> RenderedTask:
     p = rng.choice((1, 2))
     shape = sizes(rng, 2, (1 << 14, 1 << 22))
     if p == 1:
@@ -98,10 +99,10 @@ def _rows_task(rng: random.Random) -> Draft:
                       finish="block_sum(acc, scratch)" if p == 1 else "sqrtf(block_sum(acc, scratch))")
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor x);",
                              init_params="", init_body="", forward_params="x", call_args=style.arg("x"))
-    return Draft(reference, solution, f"l{p}-{'wide' if shape[1] >= 1024 else 'narrow'}")
+    return RenderedTask(reference, solution, f"l{p}-{'wide' if shape[1] >= 1024 else 'narrow'}")
 
 
-def _frobenius_task(rng: random.Random) -> Draft:
+def _frobenius_task(rng: random.Random) -> RenderedTask:
     rank = rng.choice((2, 3, 4))
     shape = sizes(rng, rank, (1 << 14, 1 << 22))
     names = ["batch_size", "dim"] if rank == 2 else ["batch_size", "channels", "dim"] if rank == 3 else \
@@ -119,7 +120,7 @@ def _frobenius_task(rng: random.Random) -> Draft:
                       if style.launch_check == "cuda" else style.checked())
     solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}(torch::Tensor x);",
                              init_params="", init_body="", forward_params="x", call_args=style.arg("x"))
-    return Draft(reference, solution, f"frobenius-rank{rank}")
+    return RenderedTask(reference, solution, f"frobenius-rank{rank}")
 
 
 template("norm", "row_vector")(_rows_task)
