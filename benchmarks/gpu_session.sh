@@ -11,9 +11,9 @@
 # then append $OUT/RESULTS.md (this run's sections only) to benchmarks/RESULTS.md here, and give the machine back.
 #
 # SET, the first argument:
-#   call1  the bundled model's kernels, one instance of every task template, the engine's GPU kernels
-#   call2  the harness on the GPU (real sizes, attacks, timing, verify), the server's save, training's attention;
-#          any GPU test file in neither list runs here too
+#   call1  the bundled model's kernels, one instance of every task template, the engine's attention kernels
+#   call2  the harness on the GPU (real sizes, attacks, timing, verify), the server's save, training's attention,
+#          the engine's CUDA graphs; any GPU test file in neither list runs here too
 #   smoke  one test for each GPU claim of the README (under 3 minutes, set-up included; the list is below)
 #   all    call1 and call2 in one pytest, for a call longer than 10 minutes
 #   bench  the decode and build benchmarks (benchmarks/decode.py, build.py)
@@ -50,12 +50,14 @@ budget="${BUDGET:-$default_budget}"
 export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 log() { echo "[$((SECONDS - started)) s] $*" | tee -a "$out/session.log"; }
 
+# The bundled model's decoding first: its 13 drafts and every template's solution build beside it (57 builds, about
+# 23 CPU-s each); then the templates' 44 checks and the engine's kernels
 call1=(tests/engine/test_bundled.py tests/train/test_tasks.py tests/engine/test_attention.py
-       tests/engine/test_fused.py tests/engine/test_fast.py)
-# Tests that time nothing first (they run beside the builds); the root caller's GPU check last, which ran past its
-# file's limit on the H100 and so can cut nothing after it
-call2=(tests/train/test_gpu.py tests/harness/test_big_problems.py tests/harness/test_verify.py
-       tests/harness/test_timing.py tests/harness/test_attacks.py tests/server/test_gpu.py)
+       tests/engine/test_fused.py)
+# Tests that time nothing first (beside the builds); the root caller's GPU check last, which ran past its file's
+# limit on the H100 and so can cut nothing after it
+call2=(tests/engine/test_fast.py tests/train/test_gpu.py tests/harness/test_big_problems.py
+       tests/harness/test_verify.py tests/harness/test_timing.py tests/harness/test_attacks.py tests/server/test_gpu.py)
 call2_last=tests/harness/test_gpu.py
 # One test for each GPU claim of the README, the bundled model's decoding first (beside the builds). Left out for
 # time: the re-check of a kept reference (tests/harness/test_gpu.py, four checks), which the server's save and the
