@@ -83,7 +83,7 @@ def gpu_builds(request, shared_build_cache):
 
     from dice_lsp.harness import Options
 
-    builds = Builds(Options(cache_dir=str(shared_build_cache / "extensions"), build_timeout=1200.0))
+    builds = Builds(Options(cache_dir=str(shared_build_cache / "extensions")))
     builds.add(declared(request.session.items))
     yield builds
     builds.close()
