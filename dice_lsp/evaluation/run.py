@@ -12,14 +12,13 @@ import json
 import threading
 from collections import deque
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
 from dice_lsp import harness
-from dice_lsp.anatomy import parse
 from dice_lsp.evaluation import chart, metrics, table
 from dice_lsp.evaluation.errors import EvaluationError
 from dice_lsp.evaluation.problems import Problem
@@ -107,9 +106,9 @@ def evaluate(plan: Plan, source: Source, settings: dict, on_event: Callable[[Eve
                         bar.queued(number, ready)
                         waiting.append((number, ready))
                     if len(waiting) > 1:  # the batch just submitted builds while this one is checked
-                        record_checks(pipeline, *waiting.popleft(), references, log, bar)
+                        record_checks(pipeline, *waiting.popleft(), log, bar)
                 while waiting:
-                    record_checks(pipeline, *waiting.popleft(), references, log, bar)
+                    record_checks(pipeline, *waiting.popleft(), log, bar)
         finally:
             bar.close()
     return summarize(plan, source.description, skipped)
@@ -132,10 +131,9 @@ def fetch(group: list[tuple[Problem, list[int]]], source: Source, references: di
     return [k for k in kernels if k.text is not None]
 
 
-def record_checks(pipeline: Pipeline, number: int, kernels: list[Kernel], references: dict[str, str],
-                  log: RecordLog, bar: ProgressBar) -> None:
+def record_checks(pipeline: Pipeline, number: int, kernels: list[Kernel], log: RecordLog, bar: ProgressBar) -> None:
     for kernel, checked in results(pipeline, number, kernels):
-        log.append(record(kernel, with_static_findings(checked.report, kernel, references), checked))
+        log.append(record(kernel, checked.report, checked))  # the report holds the kernel's static findings too
         bar.advance()
 
 
@@ -217,14 +215,6 @@ def record(kernel: Kernel, report: Report, checked: Checked | None = None) -> Sa
     return SampleRecord(kernel.problem.level, kernel.problem.name, kernel.sample, kernel.text or "", report,
                         kernel.source, kernel.note, kernel.seconds, checked.build_s if checked else 0.0,
                         checked.check_s if checked else 0.0)
-
-
-def with_static_findings(report: Report, kernel: Kernel, references: dict[str, str]) -> Report:
-    """The report with anatomy's findings on the kernel, when the harness stopped before it read them."""
-    if report.static_findings or not kernel.text:
-        return report
-    found = parse(kernel.text, references[kernel.problem.key]).findings
-    return replace(report, static_findings=tuple(found)) if found else report
 
 
 def check_settings(out: Path, settings: dict) -> None:
