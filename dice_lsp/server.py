@@ -1,4 +1,4 @@
-"""The language server's handlers: each turns LSP params into a call on the session (dice_lsp/session.py, where the
+"""The language server's handlers: each turns LSP params into a call on the session (dice_lsp/session/, where the
 logic lives, free of pygls) and its answer into LSP types (dice_lsp/convert.py). Nothing else happens here.
 
 pygls as we adapt it (the protocol, the session's editor over LSP, the transport) is in dice_lsp/lsp/; `dice-lsp
@@ -16,7 +16,7 @@ from dice_lsp import __version__, actions, convert
 from dice_lsp.anatomy import Span
 from dice_lsp.lsp.editor import LspEditor
 from dice_lsp.lsp.protocol import DiceProtocol
-from dice_lsp.session import Session
+from dice_lsp.session import Session, checks, generate, notifications
 
 
 class DiceServer(LanguageServer):
@@ -46,13 +46,13 @@ def initialize(ls: DiceServer, params: types.InitializeParams) -> None:
 
 @server.feature(types.INITIALIZED)
 async def initialized(ls: DiceServer, params: types.InitializedParams) -> None:
-    await ls.session.initialized(ls.initialization_options)
+    await notifications.initialized(ls.session, ls.initialization_options)
     await ls.editor.watch_configuration()
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
 async def did_change_configuration(ls: DiceServer, params: types.DidChangeConfigurationParams) -> None:
-    await ls.session.configuration_changed(params.settings)
+    await notifications.configuration_changed(ls.session, params.settings)
 
 
 @server.feature(types.SHUTDOWN)
@@ -64,24 +64,24 @@ def shutdown(ls: DiceServer, params: None) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: DiceServer, params: types.DidOpenTextDocumentParams) -> None:
     document = params.text_document
-    ls.session.open(document.uri, document.text, document.version)
+    notifications.open(ls.session, document.uri, document.text, document.version)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: DiceServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
     # pygls applied the (incremental) changes to its copy before this handler: the session gets the whole text.
-    ls.session.change(uri, ls.workspace.get_text_document(uri).source, params.text_document.version)
+    notifications.change(ls.session, uri, ls.workspace.get_text_document(uri).source, params.text_document.version)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def did_save(ls: DiceServer, params: types.DidSaveTextDocumentParams) -> None:
-    ls.session.save(params.text_document.uri)
+    notifications.save(ls.session, params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: DiceServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.session.close(params.text_document.uri)
+    notifications.close(ls.session, params.text_document.uri)
 
 
 # -- what the editor shows for a file ---------------------------------------------------------------------------------
@@ -130,14 +130,14 @@ def hover(ls: DiceServer, params: types.HoverParams) -> types.Hover | None:
 # -- commands: a $/cancelRequest of one stops what it started (DiceProtocol.command) ----------------------------------
 @server.command(actions.GENERATE)
 async def command_generate(ls: DiceServer, uri: str) -> dict:
-    return convert.command_result(await ls.protocol.command(ls.session.generate(uri, infill=False)))
+    return convert.command_result(await ls.protocol.command(generate.solution(ls.session, uri)))
 
 
 @server.command(actions.INFILL)
 async def command_infill(ls: DiceServer, uri: str) -> dict:
-    return convert.command_result(await ls.protocol.command(ls.session.generate(uri, infill=True)))
+    return convert.command_result(await ls.protocol.command(generate.infill(ls.session, uri)))
 
 
 @server.command(actions.BENCHMARK)
 async def command_benchmark(ls: DiceServer, uri: str) -> dict:
-    return convert.command_result(await ls.protocol.command(ls.session.benchmark(uri)))
+    return convert.command_result(await ls.protocol.command(checks.benchmark(ls.session, uri)))

@@ -1,5 +1,5 @@
-"""The session's `Editor` (dice_lsp/editor.py) over an LSP connection: diagnostics, messages, status, progress, edits
-and the settings, each used only as far as the client said it supports it (dice_lsp/lsp/capabilities.py).
+"""The session's `Editor` (dice_lsp/session/editor.py) over an LSP connection: diagnostics, messages, status,
+progress, edits and the settings, each used only as far as the client said it supports it (lsp/capabilities.py).
 
 Diagnostics are pulled (LSP 3.17 textDocument/diagnostic) by a client that can pull them and be asked to pull again,
 and pushed to any other, never both: an editor shows each set it gets, so both would show every diagnostic twice
@@ -17,7 +17,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from dice_lsp import actions, convert, status
-from dice_lsp.editor import Applied, NoProgress, ProgressReport, Severity, Snapshot
+from dice_lsp.session.editor import Applied, NoProgress, ProgressReport, Severity, Snapshot
 from dice_lsp.lsp import capabilities as can
 
 log = logging.getLogger("dice_lsp")
@@ -49,7 +49,7 @@ class LspProgress:
 
 
 class LspEditor:
-    """The session's Editor (dice_lsp.editor.Editor) over the connection `server` serves."""
+    """The session's Editor (dice_lsp.session.editor.Editor) over the connection `server` serves."""
 
     def __init__(self, server: LanguageServer) -> None:
         self.server = server

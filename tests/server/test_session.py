@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from dice_lsp import actions, session as session_module
+from dice_lsp import actions
 from dice_lsp.anatomy import find_reference, infill_split, parse
 from dice_lsp.engine import prompts
 from dice_lsp.generation import GenerationCancelled, GenerationError
 from dice_lsp.generation_messages import Decoded, Drafted, Loading
 from dice_lsp.harness.report import Report
-from dice_lsp.editor import Applied
-from dice_lsp.session import Session
+from dice_lsp.session import Session, generate, notifications, state
+from dice_lsp.session.checks import benchmark
+from dice_lsp.session.editor import Applied
 
 FILES = Path(__file__).parent.parent / "anatomy" / "files"
 
@@ -170,9 +171,9 @@ class HeldEngine(ScriptedEngine):
 async def session_with(settings: dict | None = None, engine=None, checks=None, options=None
                        ) -> tuple[Session, RecordingEditor]:
     editor = RecordingEditor({"device": "cpu", **(settings or {})})
-    session = Session(editor, checks=checks or ScriptedChecks(Report(status="correct")),
+    session = Session(editor, check_runner=checks or ScriptedChecks(Report(status="correct")),
                       engine=engine or ScriptedEngine(), debounce_s=0.01)
-    await session.initialized(options)
+    await notifications.initialized(session, options)
     return session, editor
 
 
@@ -183,7 +184,7 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 async def opened(session: Session, uri: str, text: str, version: int = 1) -> None:
-    session.open(uri, text, version)
+    notifications.open(session, uri, text, version)
     await session.settled()
 
 
@@ -206,11 +207,11 @@ async def test_open_publishes_findings_and_typing_publishes_once_it_settles(tmp_
     assert first.version == 1 and first.anatomy.model_new is not None and first.reference_problem is None
     broken = text.replace("return self.elementwise_add.elementwise_add_cuda(a, b)", "return torch.add(a, b)")
     for version in (2, 3, 4):
-        session.change(uri, broken, version)
+        notifications.change(session, uri, broken, version)
     settled = await editor.publication(uri, 4)
     assert [s.version for s in editor.published] == [1, 4]  # the text is analysed once typing pauses
     assert "torch-fallback" in {f.code for f in settled.anatomy.findings}
-    session.close(uri)
+    notifications.close(session, uri)
     assert editor.cleared == [uri] and uri not in session.documents
 
 
@@ -226,12 +227,12 @@ async def test_a_linked_reference_is_read_off_the_loop_while_other_files_are_ans
         return find_reference(anatomy, path)
 
     session, editor = await session_with()
-    monkeypatch.setattr(session_module, "find_reference", hung_pairing)
+    monkeypatch.setattr(state, "find_reference", hung_pairing)
     write(tmp_path, "relu.py", PROBLEM)
     linked = write(tmp_path, "relu_dice.py", TWO_SOURCES)
-    session.open(linked, TWO_SOURCES, 1)
+    notifications.open(session, linked, TWO_SOURCES, 1)
     other = write(tmp_path, "solution.py", (FILES / "honest_add_with_model.py").read_text())
-    session.open(other, (FILES / "honest_add_with_model.py").read_text(), 1)
+    notifications.open(session, other, (FILES / "honest_add_with_model.py").read_text(), 1)
     await editor.publication(other, 1)  # answered while the link's read hangs
     assert session.snapshot(linked).anatomy.model_new is not None and [s.uri for s in editor.published] == [other]
     assert readers and readers[0] is not threading.current_thread()
@@ -248,7 +249,7 @@ async def test_a_save_checks_the_file_its_progress_ends_with_the_result_and_the_
     text = (FILES / "honest_add.py").read_text().replace("import torch", "# dice: reference = relu.py\nimport torch", 1)
     uri = write(tmp_path, "add_dice.py", text)
     await opened(session, uri, text)
-    session.save(uri)
+    notifications.save(session, uri)
     await session.settled()
     await until(lambda: editor.view_refreshes)  # the finished check comes back on the loop
     [(checked, reference, solution)] = checks.started
@@ -257,8 +258,9 @@ async def test_a_save_checks_the_file_its_progress_ends_with_the_result_and_the_
     assert snapshot.current_report is report and editor.published[-1].current_report is report
     assert [s.state for s in editor.statuses[-2:]] == ["checking", "idle"] and editor.statuses[-1].speedup == 1.5
     [progress] = editor.progresses
-    assert progress.title == "Checking add_dice.py" and progress.reports[1:] == ["building", "timing"] and progress.ended
-    session.change(uri, text + "\n", 2)
+    assert progress.title == "Checking add_dice.py" and progress.reports[1:] == ["building", "timing"]
+    assert progress.ended
+    notifications.change(session, uri, text + "\n", 2)
     await editor.publication(uri, 2)
     assert session.snapshot(uri).current_report is None  # a report is of the text it checked
 
@@ -269,7 +271,7 @@ async def test_cancelling_a_checks_progress_cancels_the_check_and_says_idle(tmp_
     text = (FILES / "honest_add_with_model.py").read_text()
     uri = write(tmp_path, "solution.py", text)
     await opened(session, uri, text)
-    assert (await session.benchmark(uri)).started is True
+    assert (await benchmark(session, uri)).started is True
     [progress] = editor.progresses
     progress.cancelled = True  # the user pressed cancel on the progress
     await until(lambda: checks.cancelled)
@@ -284,11 +286,11 @@ async def test_an_untrusted_workspace_checks_nothing_says_so_once_on_save_and_on
     uri = write(tmp_path, "solution.py", text)
     await opened(session, uri, text)
     for _ in range(2):
-        session.save(uri)
+        notifications.save(session, uri)
     await session.settled()
     assert len([m for m in editor.shown if "not trusted" in m[1]]) == 1
     for clicks in (2, 3):
-        started = await session.benchmark(uri)
+        started = await benchmark(session, uri)
         assert started.started is False and "not trusted" in started.message
         assert len([m for m in editor.shown if "not trusted" in m[1]]) == clicks  # asked: it explains, each time
     assert checks.started == []
@@ -308,29 +310,29 @@ async def test_cuda_home_is_the_one_toolkit_a_check_looks_for(tmp_path, monkeypa
     uri = write(tmp_path, "solution.py", text)
     session, editor = await session_with({"trustedWorkspace": True, "cudaHome": str(tmp_path / "no-cuda")})
     await opened(session, uri, text)
-    assert (await session.benchmark(uri)).message == "no nvcc"  # nvcc on PATH is not the toolkit the user named
+    assert (await benchmark(session, uri)).message == "no nvcc"  # nvcc on PATH is not the toolkit the user named
     assert "dice.cudaHome" in editor.shown[-1][1]
     session, _ = await session_with({"trustedWorkspace": True, "cudaHome": str(fake_nvcc(tmp_path / "cuda"))})
     await opened(session, uri, text)
-    assert (await session.benchmark(uri)).started is True
+    assert (await benchmark(session, uri)).started is True
     assert "CUDA_HOME" not in os.environ or os.environ["CUDA_HOME"] != str(tmp_path / "cuda")  # no global side effect
 
 
 async def test_settings_come_from_initialization_options_under_what_the_editor_answers(tmp_path):
     editor = RecordingEditor(None)  # a client that cannot be asked (no workspace/configuration)
-    session = Session(editor, checks=ScriptedChecks(Report(status="correct")), engine=ScriptedEngine())
-    await session.initialized({"dice": {"trustedWorkspace": True, "timingTrials": 7, "device": "gpu"}})
+    session = Session(editor, check_runner=ScriptedChecks(Report(status="correct")), engine=ScriptedEngine())
+    await notifications.initialized(session, {"dice": {"trustedWorkspace": True, "timingTrials": 7, "device": "gpu"}})
     assert session.settings.trusted_workspace is True and session.settings.timing_trials == 7
     assert session.settings.device == "auto"
     [(severity, message)] = editor.shown
     assert severity == "warning" and 'dice.device: expected "auto", "cpu", "cuda" or "cuda:N", got "gpu"' in message
     # A pushed change (the client's didChangeConfiguration carries the section) lands over the options ...
-    await session.configuration_changed({"dice": {"timingTrials": 9, "device": "gpu"}})
+    await notifications.configuration_changed(session, {"dice": {"timingTrials": 9, "device": "gpu"}})
     assert session.settings.timing_trials == 9 and session.settings.trusted_workspace is True
     assert len(editor.shown) == 1  # the same problem is not shown again
     # ... and what the editor answers, when it can be asked, wins key by key.
     editor.settings = {"timingTrials": 11}
-    await session.configuration_changed(None)
+    await notifications.configuration_changed(session, None)
     assert (session.settings.timing_trials, session.settings.device) == (11, "auto")
 
 
@@ -338,18 +340,19 @@ async def test_code_actions_where_they_apply(tmp_path):
     session, _ = await session_with()
     problem = write(tmp_path, "relu.py", PROBLEM)
     await opened(session, problem, PROBLEM)
-    assert [o.command for o in session.offers(problem, PROBLEM.index("class Model"))] == [actions.GENERATE]
+    offered = actions.offers(session.snapshot(problem).anatomy, PROBLEM.index("class Model"))
+    assert [o.command for o in offered] == [actions.GENERATE]
     skeleton = write(tmp_path, "skeleton.py", TWO_SOURCES)
     await opened(session, skeleton, TWO_SOURCES)
-    assert [o.title for o in session.offers(skeleton, TWO_SOURCES.index("class ModelNew"))] == \
-        ["Infill kernel core", "Benchmark now"]
+    offered = actions.offers(session.snapshot(skeleton).anatomy, TWO_SOURCES.index("class ModelNew"))
+    assert [o.title for o in offered] == ["Infill kernel core", "Benchmark now"]
 
 
 async def test_generate_writes_a_linked_solution_beside_the_problem_and_opens_it(tmp_path):
     session, editor = await session_with({"model": "some-model"})
     uri = write(tmp_path, "relu.py", PROBLEM)
     await opened(session, uri, PROBLEM)
-    answer = await session.generate(uri, infill=False)
+    answer = await generate.solution(session, uri)
     solution = tmp_path / "relu_dice.py"
     assert answer.ok is True and answer.message == f"wrote {solution}"
     assert solution.read_text().startswith("# dice: reference = relu.py\n")  # on disk, not an unsaved buffer
@@ -359,7 +362,7 @@ async def test_generate_writes_a_linked_solution_beside_the_problem_and_opens_it
     assert [s.state for s in editor.statuses[1:]] == ["generating", "loading-model", "generating", "idle"]
     assert editor.statuses[-1].model == "some-model"
     # Again: the next name, never over the first
-    assert (await session.generate(uri, infill=False)).message == f"wrote {tmp_path / 'relu_dice2.py'}"
+    assert (await generate.solution(session, uri)).message == f"wrote {tmp_path / 'relu_dice2.py'}"
     assert solution.read_text().startswith("# dice: reference = relu.py\n")
 
 
@@ -368,7 +371,7 @@ async def test_a_new_file_is_never_written_over_what_appeared_at_its_name(tmp_pa
     uri = write(tmp_path, "relu.py", PROBLEM)
     # A dangling link: the name looks free (nothing exists there to read) but a file made there would land elsewhere
     (tmp_path / "relu_dice.py").symlink_to(tmp_path / "elsewhere.py")
-    answer = await session.generate(uri, infill=False)
+    answer = await generate.solution(session, uri)
     assert answer.ok is False and "could not write" in answer.message and editor.shown[-1][0] == "error"
     assert not (tmp_path / "elsewhere.py").exists() and editor.documents == []
 
@@ -380,7 +383,7 @@ async def test_infill_fills_the_todo_source_when_the_first_is_a_real_kernel(tmp_
     write(tmp_path, "relu.py", PROBLEM)
     uri = write(tmp_path, "relu_dice.py", TWO_SOURCES)
     await opened(session, uri, TWO_SOURCES, 7)
-    answer = await session.generate(uri, infill=True)
+    answer = await generate.infill(session, uri)
     assert answer.ok is True, answer
     [job] = engine.jobs
     assert job.skeleton == TWO_SOURCES and job.reference == PROBLEM
@@ -396,7 +399,7 @@ async def test_an_infill_that_does_not_fit_the_skeleton_is_an_answer_not_an_exce
     write(tmp_path, "relu.py", PROBLEM)
     uri = write(tmp_path, "relu_dice.py", TWO_SOURCES)
     await opened(session, uri, TWO_SOURCES)
-    answer = await session.generate(uri, infill=True)
+    answer = await generate.infill(session, uri)
     assert answer.ok is False and "prefix and suffix" in answer.message
     assert editor.edits == [] and editor.shown[-1][0] == "warning" and "nothing changed" in editor.shown[-1][1]
 
@@ -405,12 +408,12 @@ async def test_infill_without_a_todo_source_says_so(tmp_path):
     session, editor = await session_with()
     uri = write(tmp_path, "relu.py", PROBLEM)
     await opened(session, uri, PROBLEM)
-    answer = await session.generate(uri, infill=True)
+    answer = await generate.infill(session, uri)
     assert answer.ok is False and "TODO CUDA source" in answer.message
     assert editor.shown[-1] == ("warning", answer.message)  # clients drop a command's answer: the user sees it
     skeleton = write(tmp_path, "skeleton.py", TWO_SOURCES)
     await opened(session, skeleton, TWO_SOURCES)
-    answer = await session.generate(skeleton, infill=False)
+    answer = await generate.solution(session, skeleton)
     assert answer.ok is False and "no `class Model`" in answer.message and editor.shown[-1] == ("warning",
                                                                                                 answer.message)
 
@@ -420,12 +423,12 @@ async def test_generation_errors_are_shown_once_and_cancelling_changes_nothing(t
     uri = write(tmp_path, "relu.py", PROBLEM)
     await opened(session, uri, PROBLEM)
     for _ in range(2):
-        answer = await session.generate(uri, infill=False)
+        answer = await generate.solution(session, uri)
         assert answer.ok is False and answer.message == "no checkpoint x"
     assert [m for m in editor.shown if "no checkpoint x" in m[1]] == [("error", "no checkpoint x")]
     assert editor.statuses[-1].state == "error"
     session.engine = ScriptedEngine(error=GenerationCancelled())
-    assert (await session.generate(uri, infill=False)).message == "cancelled"
+    assert (await generate.solution(session, uri)).message == "cancelled"
     assert editor.statuses[-1].state == "idle" and editor.statuses[-1].message == "generation cancelled"
     assert editor.edits == [] and all(p.ended for p in editor.progresses)
 
@@ -435,7 +438,7 @@ async def decoding(engine: HeldEngine, tmp_path: Path):
     session, editor = await session_with(engine=engine)
     uri = write(tmp_path, "relu.py", PROBLEM)
     await opened(session, uri, PROBLEM)
-    request = asyncio.ensure_future(session.generate(uri, infill=False))
+    request = asyncio.ensure_future(generate.solution(session, uri))
     await asyncio.get_running_loop().run_in_executor(None, engine.decoding.wait)
     return session, editor, uri, request
 
@@ -457,11 +460,11 @@ async def test_a_newer_generation_of_the_file_is_not_reported_idle_by_the_one_it
     engine = HeldEngine()
     session, editor, uri, first = await decoding(engine, tmp_path)
     engine.decoding.clear()
-    second = asyncio.ensure_future(session.generate(uri, infill=False))  # replaces the first: it is cancelled
+    second = asyncio.ensure_future(generate.solution(session, uri))  # replaces the first: it is cancelled
     assert (await first).message == "cancelled"
     assert editor.statuses[-1].state == "generating"  # the second still runs: no idle from the first
     await asyncio.get_running_loop().run_in_executor(None, engine.decoding.wait)
-    session.close(uri)  # cancels the second
+    notifications.close(session, uri)  # cancels the second
     assert (await second).message == "cancelled"
 
 
@@ -469,7 +472,7 @@ async def test_a_model_that_writes_no_code_changes_no_file_of_the_user(tmp_path)
     session, editor = await session_with({"solutionLocation": "sameFile"}, engine=ScriptedEngine(lambda job: None))
     uri = write(tmp_path, "relu.py", PROBLEM)
     await opened(session, uri, PROBLEM)
-    answer = await session.generate(uri, infill=False)
+    answer = await generate.solution(session, uri)
     assert answer.ok is False and "no usable kernel" in answer.message and editor.edits == []
 
 
@@ -480,7 +483,7 @@ async def test_settings_reach_the_engine_job(tmp_path, location):
                                           "solutionLocation": location}, engine=engine)
     uri = write(tmp_path, "relu.py", PROBLEM)
     await opened(session, uri, PROBLEM)
-    await session.generate(uri, infill=False)
+    await generate.solution(session, uri)
     [job] = engine.jobs
     assert (job.model, job.device, job.dtype, job.decoding.steps) == ("m", "cpu", "float32", 2)
     if location == "sameFile":

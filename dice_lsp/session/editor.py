@@ -1,5 +1,5 @@
-"""What the session (dice_lsp/session.py) needs from the editor, and what it answers: the `Editor` protocol that
-server.py implements over LSP and tests implement with a recording fake, and the plain values that cross it.
+"""What the session needs from the editor, and what it answers: the `Editor` protocol that dice_lsp/lsp/editor.py
+implements over LSP and tests implement with a recording fake, and the plain values that cross it.
 
 No pygls here either: the session speaks to an editor, never to a protocol.
 """
