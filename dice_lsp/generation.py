@@ -14,7 +14,7 @@ import traceback
 from typing import Callable
 
 from dice_lsp.generation_messages import (
-    TO_CHILD, TO_SERVER, Cancelled, Decoded, Done, Drafted, Job, JobFailed, Loading, Progress, Stop, expect,
+    TO_CHILD, TO_SERVER, Cancelled, Decoded, Done, Drafted, Job, JobFailed, JobProgress, Loading, Stop, expect,
 )
 
 log = logging.getLogger("dice_lsp")
@@ -114,7 +114,7 @@ class EngineWorker:
         child.close()
         self._connection = parent
 
-    def run(self, job: Job, on_progress: Callable[[Progress], None], cancelled: threading.Event
+    def run(self, job: Job, on_progress: Callable[[JobProgress], None], cancelled: threading.Event
             ) -> tuple[Drafted, ...]:
         with self._lock:
             self._ensure()

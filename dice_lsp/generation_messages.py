@@ -62,7 +62,7 @@ class Decoded:
         return text + (f", {self.tokens_per_second:.0f} tok/s" if self.seconds > 0 else "")
 
 
-Progress = Loading | Decoded
+JobProgress = Loading | Decoded  # what the child reports while a job runs
 
 
 @dataclass(frozen=True)

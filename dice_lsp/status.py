@@ -24,7 +24,7 @@ UNCHANGED: Any = _Unchanged()
 
 
 @dataclass(frozen=True)
-class Status:
+class ServerStatus:
     """One `dice/status` notification."""
 
     state: State
@@ -49,4 +49,4 @@ class Status:
 
 
 # Every notification this boundary carries, by method: the one place a reader finds the server -> client messages.
-NOTIFICATIONS: dict[str, type] = {METHOD: Status}
+NOTIFICATIONS: dict[str, type] = {METHOD: ServerStatus}

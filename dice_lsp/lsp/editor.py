@@ -101,7 +101,7 @@ class LspEditor:
     def show(self, severity: Severity, message: str) -> None:
         self.server.window_show_message(convert.message(severity, message))
 
-    def status(self, message: status.Status) -> None:
+    def status(self, message: status.ServerStatus) -> None:
         self.server.protocol.notify(status.METHOD, message.params())
 
     def refresh_views(self) -> None:

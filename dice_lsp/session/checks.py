@@ -17,7 +17,7 @@ from dice_lsp.session.editor import ProgressReport, Started
 from dice_lsp.session.files import uri_name
 from dice_lsp.session.state import Analysis, Session, until_cancelled
 from dice_lsp.settings import Settings
-from dice_lsp.status import Status
+from dice_lsp.status import ServerStatus
 
 if TYPE_CHECKING:  # only for annotations: the harness's package loads its batch machinery on import
     from dice_lsp.harness.report import Report
@@ -44,7 +44,7 @@ async def check(session: Session, uri: str, reason: str) -> str | None:
     why = refusal(session, analysis, settings, reason)
     if why is not None:
         return why
-    session.editor.status(Status("checking", f"{reason}: building and checking", uri=uri))
+    session.editor.status(ServerStatus("checking", f"{reason}: building and checking", uri=uri))
     progress = await session.editor.progress(f"Checking {uri_name(uri)}")
     if doc.check_serial != serial:
         progress.end("replaced by a newer check")
@@ -104,13 +104,13 @@ def _finished(session: Session, uri: str, serial: int, text: str, report: Report
     if doc is None or not current or report is None:
         return  # closed, or a newer save superseded this check: never let old results replace newer ones
     if report.status == "cancelled":
-        session.editor.status(Status("idle", "check cancelled", uri=uri))
+        session.editor.status(ServerStatus("idle", "check cancelled", uri=uri))
         return
     doc.report, doc.report_text = report, text
     if report.status == "built-not-run":
         session.show_once("no-gpu", f"{report.message or 'no CUDA GPU found'}: kernels are built but not run. "
                                     "Checking correctness and speed needs a CUDA GPU.", "warning")
-    session.editor.status(Status("idle", report.summary(), uri=uri, speedup=report.speedup_eager))
+    session.editor.status(ServerStatus("idle", report.summary(), uri=uri, speedup=report.speedup_eager))
     if doc.anatomy is not None:
         session.editor.publish(session.snapshot(uri))
     session.editor.refresh_views()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dice_lsp import actions
 from dice_lsp.anatomy import Anatomy, Pairing
-from dice_lsp.status import Status
+from dice_lsp.status import ServerStatus
 
 if TYPE_CHECKING:  # only for annotations: the harness's package loads its batch machinery on import
     from dice_lsp.harness.report import Report
@@ -47,7 +47,7 @@ class Editor(Protocol):
     def show(self, severity: Severity, message: str) -> None:
         """A message the user sees (a notification)."""
 
-    def status(self, status: Status) -> None: ...
+    def status(self, status: ServerStatus) -> None: ...
 
     def refresh_views(self) -> None:
         """Ask the editor to fetch code lenses and inlay hints again: a check's result changed them."""

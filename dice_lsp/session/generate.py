@@ -11,11 +11,11 @@ import threading
 from dice_lsp import actions
 from dice_lsp.anatomy import infill_split, parse
 from dice_lsp.generation import GenerationCancelled, GenerationError
-from dice_lsp.generation_messages import Decoded, Drafted, Job, Loading, Progress
+from dice_lsp.generation_messages import Decoded, Drafted, Job, JobProgress, Loading
 from dice_lsp.session.editor import Answer
 from dice_lsp.session.files import uri_path, write_new
 from dice_lsp.session.state import Analysis, Session, until_cancelled
-from dice_lsp.status import Status
+from dice_lsp.status import ServerStatus
 
 
 async def solution(session: Session, uri: str) -> Answer:
@@ -50,17 +50,17 @@ async def _write(session: Session, uri: str, infill: bool) -> Answer:
         drafts = await decode(session, uri, title, job)
     except (GenerationCancelled, asyncio.CancelledError) as cancel:
         if session.document(uri).generating is None:  # no newer request for this file is running
-            session.editor.status(Status("idle", "generation cancelled", uri=uri))
+            session.editor.status(ServerStatus("idle", "generation cancelled", uri=uri))
         if isinstance(cancel, asyncio.CancelledError):
             raise  # the client cancelled the request: it gets the protocol's answer to a cancel
         return Answer(False, "cancelled")
     except GenerationError as error:
         if not session.closing:
             session.show_once(f"generation-{error.kind}", str(error))
-            session.editor.status(Status("error", str(error), uri=uri))
+            session.editor.status(ServerStatus("error", str(error), uri=uri))
         return Answer(False, str(error))
-    session.editor.status(Status("idle", "generation finished", uri=uri,
-                                 model=settings.model or "bundled default model"))
+    session.editor.status(ServerStatus("idle", "generation finished", uri=uri,
+                                       model=settings.model or "bundled default model"))
     return await place(session, uri, analysis, drafts[0], infill, title)
 
 
@@ -80,21 +80,21 @@ async def decode(session: Session, uri: str, title: str, job: Job) -> tuple[Draf
     cancelled = threading.Event()
     doc.generating = cancelled
     progress = await session.editor.progress(title)
-    session.editor.status(Status("generating", title, uri=uri))
+    session.editor.status(ServerStatus("generating", title, uri=uri))
     loop = asyncio.get_running_loop()
     loading = False
 
-    def progressed(message: Progress) -> None:  # on the loop
+    def progressed(message: JobProgress) -> None:  # on the loop
         nonlocal loading
         progress.report(message.describe())
         if isinstance(message, Loading):
             loading = True
-            session.editor.status(Status("loading-model", message.describe(), uri=uri))
+            session.editor.status(ServerStatus("loading-model", message.describe(), uri=uri))
         elif isinstance(message, Decoded) and loading:
             loading = False
-            session.editor.status(Status("generating", title, uri=uri))
+            session.editor.status(ServerStatus("generating", title, uri=uri))
 
-    def on_progress(message: Progress) -> None:  # on the worker thread
+    def on_progress(message: JobProgress) -> None:  # on the worker thread
         if not loop.is_closed():
             loop.call_soon_threadsafe(progressed, message)
 

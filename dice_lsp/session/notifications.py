@@ -11,7 +11,7 @@ from typing import Any
 from dice_lsp.session import checks
 from dice_lsp.session.state import Session
 from dice_lsp.settings import read_settings
-from dice_lsp.status import Status
+from dice_lsp.status import ServerStatus
 
 
 # -- settings ----------------------------------------------------------------------------------------------------------
@@ -20,7 +20,7 @@ async def initialized(session: Session, options: Any = None) -> None:
     under "dice")."""
     session.given = dice_section(options, bare=True) or {}
     await reload_settings(session)
-    session.editor.status(Status("idle", "ready", model=session.settings.model or None))
+    session.editor.status(ServerStatus("idle", "ready", model=session.settings.model or None))
 
 
 async def configuration_changed(session: Session, pushed: Any = None) -> None:

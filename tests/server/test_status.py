@@ -8,22 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from dice_lsp.status import METHOD, NOTIFICATIONS, STATES, Status
+from dice_lsp.status import METHOD, NOTIFICATIONS, STATES, ServerStatus
 
 CLIENT = Path(__file__).parents[2] / "vscode-extension" / "src" / "status.ts"
 
 
 def test_unchanged_fields_are_left_out_and_none_is_sent_as_null():
-    assert Status("checking", "saved", uri="file:///a.py").params() == \
+    assert ServerStatus("checking", "saved", uri="file:///a.py").params() == \
         {"state": "checking", "message": "saved", "uri": "file:///a.py"}
-    assert Status("idle", uri="file:///a.py", speedup=None, model=None).params() == \
+    assert ServerStatus("idle", uri="file:///a.py", speedup=None, model=None).params() == \
         {"state": "idle", "message": "", "uri": "file:///a.py", "model": None, "speedup": None}
-    assert NOTIFICATIONS == {METHOD: Status}
+    assert NOTIFICATIONS == {METHOD: ServerStatus}
 
 
 def test_an_unknown_state_is_refused():
     with pytest.raises(ValueError, match="unknown server state"):
-        Status("busy")
+        ServerStatus("busy")
 
 
 def test_the_client_reads_the_same_message():
@@ -33,5 +33,5 @@ def test_the_client_reads_the_same_message():
     assert set(re.findall(r'"([^"]+)"', union)) == set(STATES)
     body = re.search(r"export interface StatusParams \{(.*?)\n\}", source, re.DOTALL).group(1)
     declared = dict(re.findall(r"^\s+(\w+)\??: ([^;]+);", body, re.MULTILINE))
-    assert set(declared) == {f.name for f in fields(Status)}
+    assert set(declared) == {f.name for f in fields(ServerStatus)}
     assert declared["state"] == "ServerState"
