@@ -9,12 +9,13 @@ transposed convolution, and the direct kernel launched twice for the separable p
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from dice_lsp.train.tasks.catalog import RenderedTask, template
 from dice_lsp.train.tasks.problem import problem
 from dice_lsp.train.tasks.spatial import FILL, GEOMETRY, OUT_DIRECT, OUT_TRANSPOSED, SPATIAL_NAMES, UNRAVEL, \
-    constants, out_size, spatial_shape
-from dice_lsp.train.tasks.style import sample_style, solution_file
+    constants, spatial_shape
+from dice_lsp.train.tasks.style import Style, sample_style, solution_file
 
 _HEAD = """${includes}
 
@@ -193,6 +194,29 @@ def _conv_task(rng: random.Random, name: str) -> RenderedTask:
         kind = "separable"
     p = _draw(rng, "depthwise" if kind == "separable" else kind)
     p["output_padding"] = rng.choice((0, 1)) if transposed and p["stride"] > 1 else 0
+    reference, layer = _conv_reference(rng, p, kind, transposed)
+    stem = f"conv{'_transpose' if transposed else ''}{p['nd']}d" if kind != "separable" else f"sep_conv{p['nd']}d"
+    solution = _conv_solution(sample_style(rng, stem), stem, p, kind, transposed, layer)
+    shape_class = (f"{kind}-{p['nd']}d-k{p['kernel']}-s{p['stride']}-d{p['dilation']}"
+                   f"-{'pad' if p['padding'] else 'valid'}{'-bias' if p['bias'] else ''}")
+    return RenderedTask(reference, solution, shape_class)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """The reference's convolution as ModelNew builds it again: its constructor's arguments and first lines, and
+    the tensors the kernel is called with."""
+
+    settings: list[tuple[str, int]]  # (constructor argument, value)
+    init: str
+    call: list[str]
+
+    @property
+    def init_params(self) -> str:
+        return ", ".join(f"{n}: int" for n, _ in self.settings)
+
+
+def _conv_reference(rng: random.Random, p: dict, kind: str, transposed: bool) -> tuple[str, _Layer]:
     names = ["batch_size", "in_channels"] + SPATIAL_NAMES[p["nd"]]
     if kind == "separable":
         settings = [("in_channels", p["cin"]), ("out_channels", rng.choice((16, 32, 64))),
@@ -213,17 +237,19 @@ def _conv_task(rng: random.Random, name: str) -> RenderedTask:
         call = ["self.conv.weight", "self.conv.bias"]
         what = (f"a {'transposed' if transposed else kind} {p['nd']}D convolution"
                 + (f" with stride {p['stride']}" if p["stride"] > 1 else ""))
-    init_params = ", ".join(f"{n}: int" for n, _ in settings)
+    layer = _Layer(settings, init, call)
     reference = problem(
-        init_params=init_params, init_body=init, forward_params="x", forward_body=body,
+        init_params=layer.init_params, init_body=init, forward_params="x", forward_body=body,
         constants=constants(names + [n for n, _ in settings if n != "in_channels"],
                             [p["batch"], p["cin"]] + p["spatial"] + [v for n, v in settings if n != "in_channels"]),
         inputs=f"torch.randn({', '.join(names)})", init_inputs=", ".join(n for n, _ in settings),
         what=what, max_gb=0.5)
-    stem = f"conv{'_transpose' if transposed else ''}{p['nd']}d" if kind != "separable" else f"sep_conv{p['nd']}d"
-    style = sample_style(rng, stem)
+    return reference, layer
+
+
+def _conv_solution(style: Style, stem: str, p: dict, kind: str, transposed: bool, layer: _Layer) -> str:
     geometry = "ConvGeometry" if style.naming % 2 else "conv_window"
-    given = dict(settings)
+    given = dict(layer.settings)
     fill = FILL.replace("${out_channels}", "weight.size(1) * groups" if transposed else "weight.size(0)")
     fill = fill.replace("${kernel_of}", "weight.size(s)").replace("${out_of}",
                                                                   OUT_TRANSPOSED if transposed else OUT_DIRECT)
@@ -248,12 +274,9 @@ def _conv_task(rng: random.Random, name: str) -> RenderedTask:
                                                                               if transposed else [])
     kept = [n for n in ("stride", "padding", "dilation", "output_padding", "groups") if n in given]
     kept += ["in_channels"] if kind == "depthwise" else []
-    mine = init + "\n" + "\n".join(f"self.{n} = {n}" for n in kept)
-    solution = solution_file(style, cuda=cuda, declaration=declaration, init_params=init_params, init_body=mine,
-                             forward_params="x", call_args=", ".join([style.arg("x")] + call + scalars))
-    shape_class = (f"{kind}-{p['nd']}d-k{p['kernel']}-s{p['stride']}-d{p['dilation']}"
-                   f"-{'pad' if p['padding'] else 'valid'}{'-bias' if p['bias'] else ''}")
-    return RenderedTask(reference, solution, shape_class)
+    mine = layer.init + "\n" + "\n".join(f"self.{n} = {n}" for n in kept)
+    return solution_file(style, cuda=cuda, declaration=declaration, init_params=layer.init_params, init_body=mine,
+                         forward_params="x", call_args=", ".join([style.arg("x")] + layer.call + scalars))
 
 
 for _name in ("direct", "transposed", "separable"):

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass
 
 from dice_lsp.train.tasks.catalog import RenderedTask, template
-from dice_lsp.train.tasks.elementwise import activations
+from dice_lsp.train.tasks.elementwise import Unary, activations
 from dice_lsp.train.tasks.problem import problem
-from dice_lsp.train.tasks.style import sample_style, solution_file
+from dice_lsp.train.tasks.style import Style, sample_style, solution_file
 
 _NAIVE = """${includes}
 
@@ -100,6 +101,29 @@ def _dims(rng: random.Random) -> tuple[int, int, int]:
             return m, k, n
 
 
+@dataclass(frozen=True)
+class _Matmul:
+    """One matmul task's draws: where B comes from, the sizes, and the epilogue in the reference's order."""
+
+    source: str  # "inputs" (a @ b), "linear" (nn.Linear's weight, [N, K]) or "parameter" (an explicit [K, N])
+    m: int
+    k: int
+    n: int
+    has_bias: bool
+    steps: tuple[str, ...]  # "scale" and "act", in the order the reference applies them
+    act: Unary  # one of the elementwise activations
+    scale: float
+
+    @property
+    def scale_param(self) -> bool:  # the scale is a constructor argument, not a literal
+        return "scale" in self.steps and self.source != "inputs"
+
+    @property
+    def init_params(self) -> str:
+        named = "" if self.source == "inputs" else "in_features: int, out_features: int"
+        return named + (", scale: float" if self.scale_param else "")
+
+
 def _matmul_task(rng: random.Random, name: str, family: str) -> RenderedTask:
     source = rng.choice(("inputs", "linear", "parameter"))
     m, k, n = _dims(rng)
@@ -109,55 +133,70 @@ def _matmul_task(rng: random.Random, name: str, family: str) -> RenderedTask:
     if family == "fusion" and "act" not in steps:
         steps.append("act")
     act = rng.choice(activations(rng)[:8])
-    scale = rng.choice((0.5, 2.0, 0.125, 1.5))
+    task = _Matmul(source, m, k, n, has_bias, tuple(steps), act, rng.choice((0.5, 2.0, 0.125, 1.5)))
     stem = "matmul" if not steps and not has_bias else "_".join(["matmul"] + (["bias"] if has_bias else [])
                                                                 + [act.stem if s == "act" else s for s in steps])
     style = sample_style(rng, stem)
-    # The reference, one line per step, and ModelNew's parameters created in the same order.
-    scale_param = "scale" in steps and source != "inputs"
-    init_params = {"inputs": "", "linear": "in_features: int, out_features: int",
-                   "parameter": "in_features: int, out_features: int"}[source]
-    if scale_param:
-        init_params += ", scale: float"
+    reference, mine, epilogue = _matmul_reference(rng, task)
+    solution = _matmul_solution(rng, task, name, style, mine, epilogue)
+    size = "small" if m * n * k < 1 << 24 else "large"
+    shape_class = f"{source}-{'bias-' if has_bias else ''}{'-'.join(steps) or 'plain'}-{size}"
+    return RenderedTask(reference, solution, shape_class)
+
+
+def _matmul_reference(rng: random.Random, task: _Matmul) -> tuple[str, list[str], list[str]]:
+    """(the reference file, ModelNew's constructor lines, the CUDA epilogue's lines): the reference one line per
+    step, and ModelNew's parameters created in the same order."""
+    source, act = task.source, task.act
     init, mine = [], []
     if source == "linear":
-        init.append(f"self.linear = nn.Linear(in_features, out_features, bias={has_bias})")
+        init.append(f"self.linear = nn.Linear(in_features, out_features, bias={task.has_bias})")
         mine.append(init[-1])
         first = "y = self.linear(x)"
     elif source == "parameter":
         init.append("self.weight = nn.Parameter(torch.randn(in_features, out_features) * 0.05)")
-        if has_bias:
+        if task.has_bias:
             init.append("self.bias = nn.Parameter(torch.randn(out_features) * 0.1)")
         mine = list(init)
         first = "y = torch.matmul(x, self.weight)" if rng.random() < 0.5 else "y = x @ self.weight"
     else:
         first = rng.choice(("y = torch.matmul(a, b)", "y = a @ b", "y = torch.mm(a, b)"))
-    if scale_param:
+    if task.scale_param:
         init.append("self.scale = scale")
         mine.append("self.scale = scale")
     lines = [first]
-    if has_bias and source == "parameter":
+    if task.has_bias and source == "parameter":
         lines.append("y = y + self.bias")
-    epilogue = ["        acc += bias[col];"] if has_bias else []
-    for step in steps:
+    epilogue = ["        acc += bias[col];"] if task.has_bias else []
+    for step in task.steps:
         if step == "scale":
-            lines.append(f"y = y * {'self.scale' if scale_param else scale}")
-            epilogue.append("        acc *= scale;" if scale_param else f"        acc *= {scale}f;")
+            lines.append(f"y = y * {'self.scale' if task.scale_param else task.scale}")
+            epilogue.append("        acc *= scale;" if task.scale_param else f"        acc *= {task.scale}f;")
         else:
             lines.append("y = " + re.sub(r"\bx\b", "y", act.torch))
             epilogue.append(f"        acc = {act.stem}_act(acc);")
-    forward_params = "a, b" if source == "inputs" else "x"
-    constants = f"M = {m}\nK = {k}\nN = {n}" if source == "inputs" else \
-        f"batch_size = {m}\nin_features = {k}\nout_features = {n}" + (f"\nscale = {scale}" if scale_param else "")
+    constants = f"M = {task.m}\nK = {task.k}\nN = {task.n}" if source == "inputs" else \
+        f"batch_size = {task.m}\nin_features = {task.k}\nout_features = {task.n}" + \
+        (f"\nscale = {task.scale}" if task.scale_param else "")
     reference = problem(
-        init_params=init_params, init_body="\n".join(init), forward_params=forward_params,
+        init_params=task.init_params, init_body="\n".join(init), forward_params=_forward_params(task),
         forward_body="\n".join(lines + ["return y"]), constants=constants,
         inputs="torch.randn(M, K), torch.randn(K, N)" if source == "inputs" else "torch.randn(batch_size, in_features)",
-        init_inputs="" if source == "inputs" else "in_features, out_features" + (", scale" if scale_param else ""),
-        functional=act.functional and "act" in steps, imports=act.imports if "act" in steps else (),
-        what="a matrix multiplication" + (" with a fused epilogue" if steps or has_bias else ""), max_gb=1.0,
-        limit=1_000_000)  # grid.y of the 16-row tiles
-    # The solution: B is [K, N] except nn.Linear's weight, [N, K].
+        init_inputs="" if source == "inputs" else "in_features, out_features" + (", scale" if task.scale_param else ""),
+        functional=act.functional and "act" in task.steps, imports=act.imports if "act" in task.steps else (),
+        what="a matrix multiplication" + (" with a fused epilogue" if task.steps or task.has_bias else ""),
+        max_gb=1.0, limit=1_000_000)  # grid.y of the 16-row tiles
+    return reference, mine, epilogue
+
+
+def _forward_params(task: _Matmul) -> str:
+    return "a, b" if task.source == "inputs" else "x"
+
+
+def _matmul_solution(rng: random.Random, task: _Matmul, name: str, style: Style, mine: list[str],
+                     epilogue: list[str]) -> str:
+    """The solution file: B is [K, N] except nn.Linear's weight, [N, K]."""
+    source, has_bias, scale_param = task.source, task.has_bias, task.scale_param
     a, b = ("a", "b") if source == "inputs" else ("x", "weight")
     b_at = "B[(${idx})col * K + k]" if source == "linear" else "B[(${idx})k * N + col]"
     tensors = [a, b] + (["bias"] if has_bias else [])
@@ -166,8 +205,8 @@ def _matmul_task(rng: random.Random, name: str, family: str) -> RenderedTask:
             + (f"    int N = (int){b}.size(0);\n    TORCH_CHECK({b}.size(1) == K, \"weight must be [N, K]\");"
                if source == "linear" else
                f"    int N = (int){b}.size(1);\n    TORCH_CHECK({b}.size(0) == K, \"inner dims must match\");"))
-    act_fn = (f"__device__ __forceinline__ float {act.stem}_act(float v) {{\n    return {act.cuda};\n}}\n\n"
-              if "act" in steps else "")
+    act_fn = (f"__device__ __forceinline__ float {task.act.stem}_act(float v) {{\n    return {task.act.cuda};\n}}\n\n"
+              if "act" in task.steps else "")
     text = _TEMPLATES[name].replace("${b_at}", b_at)
     if not epilogue:
         text = text.replace("${epilogue}\n", "")
@@ -186,12 +225,9 @@ def _matmul_task(rng: random.Random, name: str, family: str) -> RenderedTask:
         call = [style.arg("a"), style.arg("b")]
     if scale_param:
         call.append("self.scale")
-    solution = solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}({signature});",
-                             init_params=init_params, init_body="\n".join(mine), forward_params=forward_params,
-                             call_args=", ".join(call))
-    size = "small" if m * n * k < 1 << 24 else "large"
-    shape_class = f"{source}-{'bias-' if has_bias else ''}{'-'.join(steps) or 'plain'}-{size}"
-    return RenderedTask(reference, solution, shape_class)
+    return solution_file(style, cuda=cuda, declaration=f"torch::Tensor {style.host}({signature});",
+                         init_params=task.init_params, init_body="\n".join(mine), forward_params=_forward_params(task),
+                         call_args=", ".join(call))
 
 
 for _name in _TEMPLATES:
