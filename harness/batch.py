@@ -17,12 +17,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Literal, Sequence
 
 from dice_lsp.harness import builder, process
 from dice_lsp.harness.errors import HarnessError
-from dice_lsp.harness.messages import Build, Failed, Prepare
+from dice_lsp.harness.messages import Build
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.pipeline import _Check
 from dice_lsp.harness.pool import WorkerPool
@@ -93,21 +92,11 @@ def prebuild(solutions: Sequence[str], options: Options, workers: int | None = N
 
 
 def prepare(options: Options) -> str:
-    """Build the precompiled torch header in a worker now, so the first check's light build finds it (a machine's
-    first check on the H200 machine: 40-59 s with it to build, 16-22 s without); returns its path. Raises
-    HarnessError when it cannot be built (no CUDA toolkit, a compiler error), which the first check reports again."""
-    root = Path(options.extensions_dir)
-    for name in ("pch", "prepare"):
-        (root / name).mkdir(parents=True, exist_ok=True)
-    # A builder: it writes the shared header and runs no code of any candidate's
-    worker = process.Worker(options, warm=False, role="builder", writable=(str(root / "pch"), str(root / "prepare")))
-    try:
-        answer = worker.call(Prepare(cache_dir=options.extensions_dir), options.build_timeout)
-    finally:
-        worker.close()  # waits for its end, then gives back the folders it was lent
-    if isinstance(answer, Failed):
-        raise HarnessError(f"could not build the precompiled torch header: {answer.error}", "setup")
-    return answer.header
+    """Build the precompiled torch header now, so the first check's light build finds it (a machine's first check on
+    the H200 machine: 40-59 s with it to build, 16-22 s without); returns its path. Built by a builder that compiles
+    nothing of any candidate's (`builder.prepare_header`). Raises HarnessError when it cannot be built (no CUDA
+    toolkit, a compiler error), which the first check reports again."""
+    return builder.prepare_header(options)
 
 
 def check_many(pairs: Sequence[tuple[str, str]], options: Options | None = None, workers: int | None = None,

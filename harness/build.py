@@ -1,9 +1,11 @@
 """Build stage: the candidate's own `load_inline` calls, routed through the persistent build cache.
 
 Each call is keyed by its content. In the candidate's worker (`Builder`) a cached build is loaded after its hash is
-checked; a new one is made by a builder worker (`compile_entry`), which alone writes the cache and never loads what
-it builds: a light build first (`harness.light`), else load_inline as the candidate wrote it, whose compiler output
-becomes diagnostics.
+checked; a new one is asked of the caller, which has a builder worker compile it (`compile_entry`) in the builder's
+own scratch space and copies the library into the cache once the builder has ended (`builder.build_entry`). A builder
+never loads what it builds: a light build first (`harness.light`), else load_inline as the candidate wrote it, whose
+compiler output becomes diagnostics. A call `harness.admission` refuses is never built: its name, flags and sizes are
+checked in the candidate's worker (torch's usual RuntimeError, with the reason), by the caller and by the builder.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dice_lsp.harness import light
-from dice_lsp.harness.cache import BuildLock, content_key, read_done, write_done
+from dice_lsp.harness import admission, light
+from dice_lsp.harness.cache import content_key, read_done
 
 # load_inline's implicit includes, checked against torch/utils/cpp_extension.py: main.cpp gets one line before the
 # cpp sources, cuda.cu three lines before the cuda sources; sources are joined with "\n".
@@ -53,6 +55,7 @@ class Extension:
     seconds: float = 0.0
     output: str = ""  # compiler output of the build that decided the result
     light_error: str = ""  # why the light build was not used (for the benchmark and debugging)
+    refused: str = ""  # why the harness would not build it at all (`harness.admission`); "" when it was tried
     layout: dict[str, list[Segment]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,8 +129,15 @@ class Call:
         return content_key({"name": self.name, "cpp": list(self.cpp), "cuda": list(self.cuda), "flags": self.flags,
                             "torch": self.torch, "arch": self.arch, "python": self.python})
 
+    @property
+    def entry(self) -> str:
+        """The name of its cache entry, a folder directly in the cache's root."""
+        if not admission.safe_name(self.name):  # refused long before; never a path that leaves the root
+            raise ValueError(f"extension name {self.name!r} is not an identifier")
+        return f"{self.name}-{self.key}"
+
     def directory(self, root: str | os.PathLike[str]) -> Path:
-        return Path(root) / f"{self.name}-{self.key}"
+        return Path(root) / self.entry
 
     @property
     def python_module(self) -> bool:
@@ -184,6 +194,11 @@ class Builder:
 
     def load_inline(self, *args: Any, **kwargs: Any) -> Any:
         call = self.call_of(*args, **kwargs)
+        why = admission.refusal(call)
+        if why:  # never asked of the caller, which would refuse it too (and end the check)
+            self.extensions.append(Extension(str(call.name)[:admission.MAX_NAME], "", "", with_cuda=bool(call.cuda),
+                                             refused=why, output=why))
+            raise RuntimeError(f"Error building extension {str(call.name)[:admission.MAX_NAME]!r}: {why}")
         directory = call.directory(self.root)
         record = Extension(call.name, call.key, str(directory), with_cuda=bool(call.cuda))
         self.extensions.append(record)
@@ -233,46 +248,57 @@ class Builder:
         return library
 
 
-def compile_entry(call: Call, root: str, try_light: bool, mode: str = "") -> Extension:
-    """In a builder worker: make `call`'s cache entry (light first, unless `mode` is "plain"), never loading it.
-    Runs no code of the candidate's: its sources and flags go to the compilers only."""
+def compile_entry(call: Call, directory: str, try_light: bool, mode: str = "", header: str = "") -> Extension:
+    """In a builder worker: build `call` in `directory` (the builder's own scratch space), light first unless `mode`
+    is "plain", never loading it; the library lies at `<directory>/<mode>/<name>.so` when `ok`. `header`: the cache's
+    shared precompiled-header folder, read-only here ("": none; the light build makes its own). Runs no code of the
+    candidate's: its sources and flags, checked again here, go to the compilers only."""
     import torch.utils.cpp_extension as cpp_extension
 
-    directory = call.directory(root)
-    record = Extension(call.name, call.key, str(directory), with_cuda=bool(call.cuda))
+    folder = Path(directory)
+    record = Extension(str(call.name)[:admission.MAX_NAME], "", directory, with_cuda=bool(call.cuda))
+    why = admission.refusal(call, mode)
+    if why:
+        record.refused = record.output = why
+        return record
+    record.key = call.key
     start = time.perf_counter()
     try:
-        with BuildLock(directory):
-            done = read_done(directory)
-            if done is not None and (mode != "plain" or done.mode == "plain"):
-                record.mode, record.cached, record.ok = done.mode, True, True
+        folder.mkdir(parents=True, exist_ok=True)
+        arguments = {**call.flags, "name": call.name, "cpp_sources": list(call.cpp),
+                     "cuda_sources": list(call.cuda) or None}
+        original = _unloaded(cpp_extension)
+        if (try_light and mode != "plain" and call.cuda and call.python_module
+                and not call.flags.get("no_implicit_headers")):
+            # Flags of the candidate's never use the shared header: a header built with them is this build's own
+            shared = Path(header) if header and call.plain_flags else None
+            try:
+                light.build(call.name, list(call.cpp), list(call.cuda), arguments, folder / "light", original,
+                            shared, folder)
+            except Exception as error:  # any failure of the light path only means: build it as written
+                record.light_error = f"{type(error).__name__}: {error}"[-4000:]
+            else:
+                record.mode, record.ok = "light", True
                 return record
-            arguments = {**call.flags, "name": call.name, "cpp_sources": list(call.cpp),
-                         "cuda_sources": list(call.cuda) or None}
-            original = _unloaded(cpp_extension)
-            if (try_light and mode != "plain" and call.cuda and call.python_module
-                    and not call.flags.get("no_implicit_headers")):
-                # Flags of the candidate's get a precompiled header of their own, inside the entry
-                shared = Path(root) if call.plain_flags else directory
-                try:
-                    library = light.build(call.name, list(call.cpp), list(call.cuda), arguments, directory / "light",
-                                          original, shared)
-                except Exception as error:  # any failure of the light path only means: build it as written
-                    record.light_error = f"{type(error).__name__}: {error}"[-4000:]
-                else:
-                    write_done(directory, "light", library)
-                    record.mode, record.ok = "light", True
-                    return record
-            _plain(arguments, call.name, directory, record, original)
-            return record
+        _plain(arguments, call.name, folder, record, original)
+        return record
     finally:
         record.seconds = time.perf_counter() - start
 
 
 def _unloaded(cpp_extension: Any) -> Callable[..., Any]:
-    """torch's load_inline, made to build without loading: a builder never runs the library's initialisers."""
+    """torch's load_inline, made to build without loading (a builder never runs the library's initialisers) and
+    without torch's versioning: a second load_inline of one name in a process (the light build's probe, then the
+    plain build in another folder) would otherwise build `<name>_v1.so`, whose module is `<name>_v1`."""
     cpp_extension._import_module_from_library = lambda name, path, is_python_module: None
-    return cpp_extension.load_inline
+    load_inline = cpp_extension.load_inline
+
+    def first_version(*args: Any, **kwargs: Any) -> Any:
+        name = kwargs["name"] if "name" in kwargs else args[0]
+        cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+        return load_inline(*args, **kwargs)
+
+    return first_version
 
 
 def _plain(arguments: dict[str, Any], name: str, directory: Path, record: Extension,
@@ -289,8 +315,7 @@ def _plain(arguments: dict[str, Any], name: str, directory: Path, record: Extens
         return
     record.output = _read(log)
     library = plain / f"{name}.so"
-    if library.exists():
-        write_done(directory, "plain", str(library))
+    if library.is_file():
         record.ok = True
     else:
         record.output += f"\nthe build left no {library.name}"

@@ -1,7 +1,8 @@
 """The harness's one error type; `kind` says what went wrong so callers can turn it into a report status.
 
 Kinds: "timeout" (a stage ran past its limit), "died" (the worker process ended), "crashed" (the worker sent a reply
-that does not decode: it is ended too), "cancelled", "setup".
+that does not decode: it is ended too), "cancelled", "setup", "refused" (the solution's worker asked for a build the
+harness refuses, round its own load_inline: `harness.admission`).
 """
 
 from __future__ import annotations

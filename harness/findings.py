@@ -243,3 +243,15 @@ def syntax_error(text: str) -> str:
     except ValueError as error:  # null bytes
         return str(error)
     return ""
+
+
+BUILD_REFUSED = "build-refused"
+
+
+def build_refused(why: str, anatomy: Anatomy | None, name: str = "") -> Finding:
+    """A load_inline call the harness would not build (`harness.admission`): what the candidate asked for, on its
+    call where the anatomy finds it. An error: a name that is a path, flags that reach a shell or load code."""
+    calls = [e for e in anatomy.extensions if e.name == name] or list(anatomy.extensions) if anatomy else []
+    span = calls[0].call if calls else Span(0, 0)
+    return Finding(BUILD_REFUSED, f"the harness refused to build this: {why}", span, "error")
+

@@ -1,5 +1,5 @@
-"""Folders lent to a sandboxed worker's unprivileged user while it writes them (a builder's cache entry, the shared
-header's folder, the reference's compile caches), taken back when it ends.
+"""Folders lent to a sandboxed worker's unprivileged user while it writes them (the reference's compile caches), taken
+back when it ends. Builders borrow nothing: they write only their own scratch tmpfs (`harness.builder`).
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ def lent(folders: list[str], user: int):
 
 
 def _chown_tree(folder: str, uid: int, gid: int) -> None:
-    """Every file and folder under `folder`, and itself, to uid:gid; links are changed themselves, never followed."""
-    os.chown(folder, uid, gid, follow_symlinks=False)
-    for top, dirs, files in os.walk(folder):
+    """Every file and folder under `folder`, and itself, to uid:gid, through folder descriptors: links are changed
+    themselves, never followed, and a `folder` that is itself a link is left as it is."""
+    for _top, dirs, files, descriptor in os.fwalk(folder, follow_symlinks=False):
+        os.chown(descriptor, uid, gid)
         for name in dirs + files:
             try:
-                os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
+                os.chown(name, uid, gid, dir_fd=descriptor, follow_symlinks=False)
             except FileNotFoundError:
                 continue

@@ -16,8 +16,6 @@ from typing import Any, Callable
 
 from dice_lsp.anatomy.cuda import read_functions
 
-from dice_lsp.harness.cache import BuildLock
-
 _TORCH_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"](torch|ATen|c10|pybind11)/[^\n]*$", re.M)
 _KERNEL_UNIT_HEADER = "#include <cuda.h>\n#include <cuda_runtime.h>\n"
 _HOST_SHIM = """#include <cuda_runtime.h>
@@ -189,35 +187,51 @@ def _run(command: str, cwd: Path) -> str:
     return done.stdout + done.stderr
 
 
-def precompiled_header(flags: dict[str, str], root: Path) -> Path:
-    """torch/extension.h compiled once per compiler and flags, shared by every light build."""
+HEADER = "dice_torch.h"
+
+
+def header_key(flags: dict[str, str]) -> str:
+    """What the precompiled header depends on: the compiler and its flags, without the extension's name."""
     cflags = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", flags["cflags"])
     post = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", flags["post_cflags"])
-    key = hashlib.sha256(f"{flags['cxx']}|{cflags}|{post}".encode()).hexdigest()[:16]
-    directory = root / "pch" / key
-    header = directory / "dice_torch.h"
-    with BuildLock(directory):
-        if not (directory / "dice_torch.h.gch").exists():
-            header.write_text("#include <torch/extension.h>\n")
-            _run(f"{flags['cxx']} {cflags} -x c++-header {header} -o {directory / 'dice_torch.h.gch.tmp'} {post}",
-                 directory)
-            (directory / "dice_torch.h.gch.tmp").rename(directory / "dice_torch.h.gch")
+    return hashlib.sha256(f"{flags['cxx']}|{cflags}|{post}".encode()).hexdigest()[:16]
+
+
+def precompiled_header(flags: dict[str, str], shared: Path | None, private: Path) -> Path:
+    """torch/extension.h compiled once per compiler and flags: the cache's shared one (`shared`, read-only here,
+    made by `prepare` in a builder that compiles nothing of a candidate's) where it holds this key, else one made
+    now under `private` (this build's own scratch)."""
+    key = header_key(flags)
+    if shared is not None and (shared / key / f"{HEADER}.gch").is_file():
+        return shared / key / HEADER
+    directory = private / "pch" / key
+    header = directory / HEADER
+    if not (directory / f"{HEADER}.gch").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        header.write_text("#include <torch/extension.h>\n")
+        cflags = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", flags["cflags"])
+        post = re.sub(r"-DTORCH_EXTENSION_NAME=\S+", "", flags["post_cflags"])
+        _run(f"{flags['cxx']} {cflags} -x c++-header {header} -o {directory / (HEADER + '.gch.tmp')} {post}",
+             directory)
+        (directory / f"{HEADER}.gch.tmp").rename(directory / f"{HEADER}.gch")
     return header
 
 
-def prepare(root: Path, original: Callable[..., Any]) -> Path:
-    """The precompiled header that light builds of plain load_inline calls (no extra flags) use, built now, before
-    the first check needs it: on a machine's first check it was ~24 s of a 40-59 s build on the H200 machine."""
+def prepare(root: Path, original: Callable[..., Any], shared: Path | None = None) -> Path:
+    """The precompiled header that light builds of plain load_inline calls (no extra flags) use: the one `shared`
+    (the cache's folder, read-only) holds for these flags, else one built now under `root/pch/<key>/` (a builder's
+    scratch; the caller copies it into the cache), before the first check needs it: on a machine's first check it
+    was ~24 s of a 40-59 s build on the H200 machine."""
     arguments = {"name": "dice_prepare", "cpp_sources": ["torch::Tensor dice_prepare(torch::Tensor x);"],
                  "cuda_sources": ["torch::Tensor dice_prepare(torch::Tensor x) { return x; }"],
                  "functions": ["dice_prepare"]}
-    return precompiled_header(probe(arguments, root / "prepare" / "probe", original), root)
+    return precompiled_header(probe(arguments, root / "prepare" / "probe", original), shared, root)
 
 
 def build(name: str, cpp: list[str], cuda: list[str], arguments: dict[str, Any], directory: Path,
-          original: Callable[..., Any], header_root: Path) -> str:
-    """Build `name`.so from split units; returns its path or raises LightBuildError. The precompiled header is
-    looked for, or made, under `header_root` (the cache's shared one, or the entry's own)."""
+          original: Callable[..., Any], shared: Path | None, private: Path) -> str:
+    """Build `name`.so from split units; returns its path or raises LightBuildError. The precompiled header is the
+    cache's shared one (`shared`, read-only) where it holds one for these flags, else one made under `private`."""
     directory.mkdir(parents=True, exist_ok=True)
     parts = [split(value) for value in cuda]
     flags = probe(arguments, directory / "probe", original)
@@ -230,7 +244,7 @@ def build(name: str, cpp: list[str], cuda: list[str], arguments: dict[str, Any],
         # light build: ~24 s of g++ on the H200 machine, which the kernel's compile used to wait for).
         kernels = pool.submit(_run, f"{flags['nvcc']} {flags['cuda_cflags']} -c kernels.cu -o kernels.o "
                                     f"{flags['cuda_post_cflags']}", directory)
-        header = precompiled_header(flags, header_root)
+        header = precompiled_header(flags, shared, private)
         include = f"-include {shlex.quote(str(header))} -Winvalid-pch"
         hosts = [pool.submit(_run, f"{flags['cxx']} {include} {flags['cflags']} -c {unit}.cpp -o {unit}.o "
                                    f"{flags['post_cflags']}", directory) for unit in ("host", "main")]

@@ -252,24 +252,29 @@ class Build(Command):
 
 @dataclass(frozen=True)
 class Prepare(Command):
-    """Build the precompiled torch header every light build shares."""
+    """To a builder that compiles nothing of a candidate's: build the precompiled torch header every light build of
+    plain flags shares, under `cache_dir` (its own scratch; the caller copies it into the cache), unless the shared
+    folder `header` (read-only) holds it already."""
 
     tag: ClassVar[str] = "prepare"
     answer: ClassVar[type[Reply]] = Prepared
     cache_dir: str
+    header: str = ""
 
 
 @dataclass(frozen=True)
 class Compile(Command):
-    """To a builder worker: make one cache entry, never loading it; `call` comes from the candidate's worker and
-    is only data here (the entry's place is worked out from its content, not taken from the request)."""
+    """To a builder worker: build one call in `directory` (its own scratch space), never loading it; `call` comes
+    from the candidate's worker and is only data here. The caller copies the library into the cache once the builder
+    has ended. `header`: the cache's shared precompiled-header folder, which the builder may only read ("": none)."""
 
     tag: ClassVar[str] = "compile"
     answer: ClassVar[type[Reply]] = Compiled
     call: Call
-    cache_dir: str
+    directory: str
     light_build: bool = True
     mode: str = ""
+    header: str = ""
 
 
 @dataclass(frozen=True)

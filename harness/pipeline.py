@@ -22,7 +22,6 @@ from dice_lsp.anatomy.types import Anatomy, Finding, Span
 
 from dice_lsp.harness import builder, diagnostics, findings, handover, process, rounds
 from dice_lsp.harness.build import Extension
-from dice_lsp.harness.cache import clean_stale_locks
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import (Build, Command, Compare, Compared, Failed, Inspect, MakeReference, Ran,
                                        ReferenceMade, Reply, RunSolution, SaveOutputs)
@@ -71,7 +70,6 @@ class _Check:
             return self._failed(error)
         finally:
             self._release()
-            clean_stale_locks(self.options.extensions_dir)  # a killed build leaves its lock behind
 
     def _release(self) -> None:
         """Close the workers; the reference worker is kept for the next check of the same reference when it is fit
@@ -98,6 +96,10 @@ class _Check:
         if error.kind == "timeout":
             self.stages.append(Stage(stage, "timed-out"))
             return self.report("timed-out", str(error), log=error.log)
+        if error.kind == "refused":  # a build request sent round the solution's own load_inline
+            self.stages.append(Stage("build", "failed", 0.0, str(error)))
+            self.findings.append(findings.build_refused(str(error), self.anatomy))
+            return self.report("compile-error", str(error), log=error.log)
         if stage == "reference":
             return self.report("invalid", findings.reference_failure(str(error), error.log), log=error.log)
         self.findings.append(Finding("crash", f"the solution crashed during {stage}: {error}", self.forward_span(),
@@ -184,6 +186,7 @@ class _Check:
             error.stage = "build"
             raise
         extensions = built.extensions
+        self.findings.extend(findings.build_refused(e.refused, self.anatomy, e.name) for e in extensions if e.refused)
         self.fields["build_cached"] = bool(extensions) and all(e.cached for e in extensions)
         self.fields["build_mode"] = ",".join(sorted({e.mode for e in extensions if e.mode}))
         if isinstance(built, Failed):
@@ -220,7 +223,7 @@ class _Check:
         raws = [r for e in failed for r in diagnostics.parse(e.output)]
         placed = diagnostics.place(raws, [e.layout for e in failed], self.anatomy, self.solution)
         errors = [d for d in placed if d.severity == "error"]
-        message = errors[0].message if errors else f"building extension {failed[0].name!r} failed"
+        message = errors[0].message if errors else failed[0].refused or f"building extension {failed[0].name!r} failed"
         tail = failed[0].output[-4000:]
         return self.report("compile-error", message, diagnostics=tuple(placed), log=tail)
 

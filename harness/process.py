@@ -154,13 +154,14 @@ class Worker:
     """One worker process, `python -m dice_lsp.harness.worker`, in a new session (so its group can be killed) and,
     where bubblewrap can start, in its own sandbox (`harness.sandbox`).
 
-    `role` decides what the sandbox may reach besides the read-only system and its scratch tmpfs: a "solution"
+    `role` decides what the sandbox may reach besides the runtime it needs and its scratch tmpfs: a "solution"
     reads its folder (`directory`: the solution's file, later its trial inputs) and the build cache; a "reference"
     also writes its folder (its trial inputs, the outputs handed to it); a "builder" runs no code of the candidate's
-    and is the only one that writes the build cache, one entry (`writable`) at a time."""
+    but compiles its text, so it writes nothing but its scratch (the caller copies what it built out of it,
+    `open_scratch`) and reads only `readable` (the shared precompiled header's folder), not the cache."""
 
     def __init__(self, options: Options, extra_env: dict[str, str] | None = None, warm: bool = True,
-                 role: str = "solution", writable: tuple[str, ...] = ()) -> None:
+                 role: str = "solution", readable: tuple[str, ...] = ()) -> None:
         """`warm`: create the CUDA context before the first command (a worker that only builds needs none)."""
         self.role = role
         self.key = spare_key(options, extra_env or {}, role)
@@ -180,7 +181,7 @@ class Worker:
         self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role)) if options.process_limit \
             else None
         applied = self.cgroup.applied if self.cgroup else []
-        room = self._room(options, env, writable, found) if self.sandboxed else None
+        room = self._room(options, env, readable, found) if self.sandboxed else None
         self.room, self.user = room, room.user if room else 0
         if options.process_limit and not any(a.startswith("pids") for a in applied) and \
                 (os.getuid() != 0 or self.user):
@@ -189,8 +190,8 @@ class Worker:
             limits = json.loads(env["DICE_HARNESS_LIMITS"])
             limits["processes"] = _user_processes(self.user or os.getuid()) + options.process_limit
             env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
-        # The folders it writes besides its own (a builder's cache entry and the shared header's folder, the
-        # reference's compile caches), lent to its user while it lives (`lent`; given back at `_reap`)
+        # The folders it writes besides its own (the reference's compile caches), lent to its user while it lives
+        # (`lent`; given back at `_reap`)
         self._lent = contextlib.ExitStack()
         os.makedirs(options.compiled_dir, exist_ok=True)
         if room is not None and self.user:
@@ -231,11 +232,14 @@ class Worker:
         # asked about, and each reply must answer the command it comes for
         self.pending: collections.deque[type[messages.Command]] = collections.deque()
 
-    def _room(self, options: Options, env: dict[str, str], writable: tuple[str, ...],
+    def _room(self, options: Options, env: dict[str, str], extra: tuple[str, ...],
               found: sandbox.Status) -> sandbox.Room:
-        cache = options.extensions_dir
-        os.makedirs(cache, exist_ok=True)  # a bind needs its source
-        readable = [cache]
+        readable = list(extra)
+        writable: tuple[str, ...] = ()
+        if self.role != "builder":  # a builder reads no entry: what it makes, the caller copies in
+            cache = options.extensions_dir
+            os.makedirs(cache, exist_ok=True)  # a bind needs its source
+            readable.append(cache)
         if env.get("PYTHONPYCACHEPREFIX"):
             os.makedirs(env["PYTHONPYCACHEPREFIX"], exist_ok=True)
             readable.append(env["PYTHONPYCACHEPREFIX"])
@@ -262,6 +266,25 @@ class Worker:
     def pid(self) -> int:
         """The worker's own process (inside a sandbox, its PID 1 seen from here): the one to stop and continue."""
         return self.child_pid or self.process.pid
+
+    def open_scratch(self) -> int:
+        """A descriptor of the worker's writable scratch folder, opened while it runs. What the folder holds stays
+        readable through it after the worker, its sandbox and the tmpfs's mount are gone, when nothing can change it
+        any more: the caller copies a builder's library out then (`cache.install`), never through a link."""
+        if not self.sandboxed:
+            return os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if not self.child_pid or not _running(self.child_pid, self.child_started):
+            raise HarnessError("the builder ended before what it built could be taken", "died", self.log_tail())
+        root = os.open(f"/proc/{self.child_pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            folder = os.open(sandbox.SCRATCH.lstrip("/"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=root)
+        finally:
+            os.close(root)
+        if not _running(self.child_pid, self.child_started):  # its PID may name another process by now
+            os.close(folder)
+            raise HarnessError("the builder ended before what it built could be taken", "died", self.log_tail())
+        return folder
 
     @property
     def scratch(self) -> str:

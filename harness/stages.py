@@ -46,15 +46,18 @@ def build(side: Side, command: Build) -> Built:
 
 
 def compile_call(side: Side, command: Compile) -> Compiled:
-    """Builder side: make one cache entry for a candidate's load_inline call, without loading it."""
-    os.environ["TORCH_CUDA_ARCH_LIST"] = command.call.arch  # as the candidate's worker keyed it
-    return Compiled(extension=compile_entry(command.call, command.cache_dir, command.light_build, command.mode))
+    """Builder side: build a candidate's load_inline call in the builder's scratch space, without loading it."""
+    os.environ["TORCH_CUDA_ARCH_LIST"] = command.call.arch  # as the candidate's worker keyed it (compile_entry checks)
+    return Compiled(extension=compile_entry(command.call, command.directory, command.light_build, command.mode,
+                                            command.header))
 
 
 def prepare(side: Side, command: Prepare) -> Prepared:
-    """Build what every light build shares (the precompiled torch header) ahead of the first check."""
+    """Build what every light build shares (the precompiled torch header) ahead of the first check, in a builder that
+    compiles nothing of a candidate's."""
     os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch("9.0")  # as build
-    return Prepared(header=str(light.prepare(Path(command.cache_dir), cpp_extension.load_inline)))
+    shared = Path(command.header) if command.header else None
+    return Prepared(header=str(light.prepare(Path(command.cache_dir), cpp_extension.load_inline, shared)))
 
 
 EXPECTED_ON_GPU = 0.05  # the share of the GPU's memory a reference worker may keep expected outputs and inputs in

@@ -230,10 +230,10 @@ def test_a_root_callers_build_reads_no_root_only_file(files, sandboxed, outside)
 
 
 @ROOT_CALLER
-def test_a_builders_folders_are_lent_for_its_build_and_taken_back_after_the_last(tmp_path):
-    """A cache entry (and the shared header's folder) belongs to the unprivileged user only while a build writes
-    it; two overlapping builds share the shared folder until the second ends; a link inside is changed, not
-    followed (the file it points at stays the caller's)."""
+def test_a_references_folders_are_lent_for_its_life_and_taken_back_after_the_last(tmp_path):
+    """A folder a reference's worker writes (its compile caches) belongs to the unprivileged user only while that
+    worker lives; two overlapping workers share one until the second ends; a link inside is changed, not followed
+    (the file it points at stays the caller's), and a folder that is itself a link is left alone."""
     from dice_lsp.harness import lending
 
     entry, shared, elsewhere = tmp_path / "entry", tmp_path / "pch", tmp_path / "elsewhere.txt"
@@ -249,6 +249,9 @@ def test_a_builders_folders_are_lent_for_its_build_and_taken_back_after_the_last
             assert owners(entry) == owners(shared) == {user}
         assert owners(shared) == {user}  # the first build still writes it
     assert owners(entry) == owners(shared) == {0} and elsewhere.stat().st_uid == 0
+    (tmp_path / "linked").symlink_to(entry, target_is_directory=True)
+    with lending.lent([str(tmp_path / "linked")], user):
+        assert owners(entry) == {0}
 
 
 @ROOT_CALLER

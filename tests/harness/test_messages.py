@@ -20,7 +20,7 @@ CALL = Call("ext", ("torch::Tensor f(torch::Tensor x);",), ("__global__ void k()
 COMMANDS = [
     messages.Build(path="/w/solution.py", options=OPTIONS, arch="8.0"),
     messages.Prepare(cache_dir="/tmp/cache"),
-    messages.Compile(call=CALL, cache_dir="/tmp/cache", light_build=False, mode="plain"),
+    messages.Compile(call=CALL, directory="/tmp/build", light_build=False, mode="plain"),
     messages.BuildAnswer(extension=EXTENSION),
     messages.MakeReference(path="/w/reference.py", options=OPTIONS, exchange="/tmp/exchange"),
     messages.RunSolution(reference="/w/reference.py", share=True),
