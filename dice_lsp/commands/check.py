@@ -15,7 +15,7 @@ from dice_lsp.anatomy import LineIndex, find_reference, parse
 from dice_lsp.checking import STAGE_WORDS
 from dice_lsp.commands.arguments import count, device, number, positive
 from dice_lsp.commands.errors import CommandError
-from dice_lsp.commands.inspect import read_source
+from dice_lsp.commands.inspect import read_linked, read_source
 from dice_lsp.commands.progress import ProgressLine, add_progress_option
 from dice_lsp.commands.terminal import shown
 from dice_lsp.harness import Options
@@ -77,7 +77,8 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
     path = args.reference
     anatomy = parse(read_source(path))
     if anatomy.is_solution:  # its link, else its own Model: anatomy.find_reference's rule
-        reference = find_reference(anatomy, path).path
+        linked = read_linked(path, anatomy)  # a link to a FIFO, a device or a huge file: refused with its reason
+        reference = linked[1] if linked is not None else find_reference(anatomy, path).path
         if reference is not None:
             return reference, path
         raise CommandError(f"{path} defines ModelNew but names no reference; pass the problem file first")
@@ -90,11 +91,15 @@ def locate(args: argparse.Namespace) -> tuple[Path, Path]:
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
     reference, solution = locate(args)
+    solution_text = read_source(solution)
+    # The one-file form's linked reference, read as the server reads it (never a FIFO, a device, a huge file)
+    one_file = args.solution is None and solution == args.reference != reference
+    linked = read_linked(solution, parse(solution_text)) if one_file else None
+    reference_text = linked[0] if linked is not None else read_source(reference)
     progress = ProgressLine(args.progress)
     progress.stage(f"checking {solution}")
-    solution_text = read_source(solution)
     try:
-        report = check_in_background(read_source(reference), solution_text, options, progress)
+        report = check_in_background(reference_text, solution_text, options, progress)
     finally:
         progress.close()
     print(report.to_json() if args.json else render(report, solution, solution_text))

@@ -45,14 +45,28 @@ def resolve_reference(path: Path, anatomy: Anatomy) -> Path | None:
     return find_reference(anatomy, path).path
 
 
+def read_linked(path: Path, anatomy: Anatomy) -> tuple[str, Path] | None:
+    """The text and path of the problem a file links to (`# dice: reference = ...`), read as the server reads it
+    (`anatomy.read_reference`): a regular file of a bounded size only, never a FIFO, a device or /dev/stdin, which
+    could block or never end; CommandError with the reason otherwise. None without a link."""
+    if anatomy.reference_link is None:
+        return None
+    pairing = find_reference(anatomy, path)
+    if pairing.text is None or pairing.path is None:
+        raise CommandError(pairing.problem or f"the reference link of {path} cannot be followed")
+    return pairing.text, pairing.path
+
+
 def read(path: Path, reference_path: Path | None) -> tuple[Anatomy, Path | None]:
     """A file's anatomy, sharpened by its reference (given, else linked); raises CommandError when unreadable."""
     text = read_source(path)
     anatomy = parse(text)
-    reference_path = reference_path or resolve_reference(path, anatomy)
     if reference_path is not None:
-        anatomy = parse(text, parse(read_source(reference_path)))
-    return anatomy, reference_path
+        return parse(text, parse(read_source(reference_path))), reference_path
+    linked = read_linked(path, anatomy)
+    if linked is not None:
+        return parse(text, parse(linked[0])), linked[1]
+    return anatomy, None
 
 
 def run(args: argparse.Namespace) -> int:
