@@ -24,7 +24,7 @@ from dice_lsp.harness import builder, process
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import Build, Failed, Prepare
 from dice_lsp.harness.options import Options
-from dice_lsp.harness.pipeline import _Check
+from dice_lsp.harness.verdict import Check
 from dice_lsp.harness.pool import WorkerPool
 from dice_lsp.harness.report import Report
 
@@ -190,7 +190,7 @@ def _checks(pairs: Sequence[tuple[str, str]], built: _Built, options: Options, g
                 reference, solution = pairs[index]
                 on_check("check-start", index)
                 started = time.perf_counter()
-                report = _Check(reference, solution, local, cancel, env, pool).run()
+                report = Check(reference, solution, local, cancel, env, pool).run()
                 seconds = time.perf_counter() - started
                 on_check("check-end", index)
                 done.put(Checked(index, report, 0.0, seconds))

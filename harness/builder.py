@@ -25,7 +25,7 @@ def serve_builds(worker: Worker, options: Options, timeout: float, cancel: threa
         if not isinstance(reply, messages.BuildRequest):
             return reply
         made = build_entry(reply.call, reply.mode, options, max(0.0, deadline - time.monotonic()), cancel, extra_env)
-        worker.answer_build(messages.BuildAnswer(extension=made))
+        worker.answer(messages.BuildAnswer(extension=made))
 
 
 def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel: threading.Event | None = None,
