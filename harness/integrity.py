@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-HARNESS = ("timing", "stages", "timed", "verify", "inspect", "samples", "side", "messages", "integrity")
+HARNESS = ("timing", "stages", "timed", "verify", "runtime", "samples", "side", "messages", "integrity")
 PACKAGE = "dice_lsp.harness"
 
 

@@ -42,7 +42,7 @@ class Side:
         self.staging_view: Any = None  # reference (GPU): the solution's staging buffer, opened by CUDA IPC
         self.snapshots: dict[int, Any] = {}  # reference (GPU): copies of kept timed calls' staged outputs, by slot
         self.itself: Any = None  # reference: (disagreement with itself, inputs it writes into), found once
-        self.work: Any = None  # who did forward's work (inspect.work); a reference's is found once
+        self.work: Any = None  # who did forward's work (runtime.work); a reference's is found once
         self.verified: Any = None  # the solution's: its first trial's outputs, sampled (verify.sample)
 
 

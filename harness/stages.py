@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
-from dice_lsp.harness import inspect as runtime
+from dice_lsp.harness import runtime
 from dice_lsp.harness import integrity, light, verify
 from dice_lsp.harness.build import Builder, Call, Extension, compile_entry
 from dice_lsp.harness.messages import (Build, BuildAnswer, BuildRequest, Built, Compare, Compared, Compile, Compiled,

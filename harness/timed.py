@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from dice_lsp.harness import inspect as runtime
+from dice_lsp.harness import runtime
 from dice_lsp.harness import timing, verify
 from dice_lsp.harness.messages import (Called, Compared, CompareTimed, Next, Output, Snapshot, Snapshotted, Time,
                                        TimedCall, Timed, TrialResult)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dice_lsp.harness import inspect as runtime
+from dice_lsp.harness import runtime
 from dice_lsp.harness import verify
 from dice_lsp.harness.samples import PLACEMENTS, TimedRound
 
@@ -59,7 +59,7 @@ def placements(inputs: list[Any], device: torch.device) -> list[list[Any]]:
 
 def _cpu_aside() -> float:
     """CPU seconds of this process's ended children (reaped here first: this process is their subreaper,
-    `inspect.baseline`)."""
+    `runtime.baseline`)."""
     try:
         while _waitpid(-1, os.WNOHANG)[0] > 0:
             pass

@@ -289,7 +289,7 @@ def test_cpu_time_counts_a_child_process_and_the_callers_account_sees_a_live_one
 PAUSED_FORWARD = """
 import json, time
 import torch
-from dice_lsp.harness import inspect as runtime
+from dice_lsp.harness import runtime
 
 a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
 calls = []
