@@ -58,9 +58,14 @@ def _entries() -> dict[str, tuple[Any, tuple[int, ...]]]:
 
 
 class Seal:
-    """Taken when the harness's worker modules are loaded (the bottom of `stages`), before the first command."""
+    """Taken when the harness's worker modules are loaded (the bottom of `stages`), and again by the worker once it
+    has loaded every stage (`take`: `timed` loads after `stages`, and its stages must be sealed too), before the
+    first command."""
 
     def __init__(self) -> None:
+        self.entries = _entries()
+
+    def take(self) -> None:
         self.entries = _entries()
 
     def broken(self) -> list[str]:

@@ -40,6 +40,7 @@ STAGES: dict[type[messages.Command], Callable[[Side, Any], messages.Reply]] = {
     messages.Snapshot: timed.snapshot,
     messages.CompareTimed: timed.compare_timed,
 }
+stages.SEAL.take()  # every stage loaded, none of the candidate's code yet: what `Seal.broken` holds them to
 
 
 def apply_limits(limits: dict[str, Any]) -> None:
