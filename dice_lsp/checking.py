@@ -11,7 +11,7 @@ import threading
 from typing import Callable
 
 from dice_lsp import harness
-from dice_lsp.harness import Options, Report, WorkerPool, batch
+from dice_lsp.harness import Options, Parsed, Report, WorkerPool, batch
 from dice_lsp.settings import Settings
 
 log = logging.getLogger("dice_lsp")
@@ -72,10 +72,11 @@ class CheckRunner:
         return thread
 
     def start(self, uri: str, reference: str, solution: str, settings: Settings,
-              done: Callable[[Report], None], on_stage: Callable[[str], None] | None = None) -> None:
+              done: Callable[[Report], None], on_stage: Callable[[str], None] | None = None,
+              parsed: Parsed | None = None) -> None:
         """Check `solution` against `reference` in the background, cancelling the file's check before; `done(report)`
         is called on the check's thread with its Report (a "cancelled" one for a check a newer save replaced), and
-        `on_stage(name)` there as each stage begins."""
+        `on_stage(name)` there as each stage begins. `parsed`: both files as the session read them."""
         self.pool.keep_warm()  # started workers wait for the next save: re-checks skip torch's import
 
         def finished(report: Report) -> None:
@@ -85,7 +86,7 @@ class CheckRunner:
             done(report)
 
         run = harness.Run(reference, solution, check_options(settings), on_done=finished, pool=self.pool,
-                          on_stage=on_stage)
+                          on_stage=on_stage, parsed=parsed)
         with self._lock:
             previous = self._running.get(uri)
             self._running[uri] = run

@@ -28,7 +28,8 @@ SLOW = 0.5
 FINDING_CODES = ("kernel-not-bound", "binding-not-called", "torch-fallback", "one-shot-copy", "exception-fallback",
                  "reference-reuse", "side-stream", "thread", "timer-patch", "precision", "output-cached",
                  "signature-mismatch", "kernel-not-launched", "tiny-output", "timer-mismatch", "crash", "unsandboxed",
-                 "lazy-output", "timed-mismatch", "profiled-differently", "input-mutation", "timing-unstable")
+                 "lazy-output", "timed-mismatch", "profiled-differently", "input-mutation", "timing-unstable",
+                 "inspect-failed", "wall-time", "background-cpu")
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,

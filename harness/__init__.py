@@ -9,9 +9,9 @@ run) owns one and passes it; a check given none starts its workers afresh and ke
 from dice_lsp.harness.batch import check_each, check_many, prepare
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.options import Options
-from dice_lsp.harness.pipeline import Run, check
+from dice_lsp.harness.verdict import Parsed, Run, check
 from dice_lsp.harness.pool import WorkerPool
 from dice_lsp.harness.report import Diagnostic, KernelShare, Report, Stage, Timing, Trial
 
-__all__ = ["Diagnostic", "HarnessError", "KernelShare", "Options", "Report", "Run", "Stage", "Timing", "Trial",
-           "WorkerPool", "check", "check_each", "check_many", "prepare"]
+__all__ = ["Diagnostic", "HarnessError", "KernelShare", "Options", "Parsed", "Report", "Run", "Stage", "Timing",
+           "Trial", "WorkerPool", "check", "check_each", "check_many", "prepare"]

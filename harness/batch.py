@@ -23,7 +23,7 @@ from dice_lsp.harness import builder, process
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import Build
 from dice_lsp.harness.options import Options
-from dice_lsp.harness.pipeline import _Check
+from dice_lsp.harness.verdict import Check
 from dice_lsp.harness.pool import WorkerPool
 from dice_lsp.harness.report import Report
 
@@ -78,7 +78,10 @@ def _build(text: str, options: Options, env: dict[str, str], cancel: threading.E
 
 
 def _build_env(cores: int, parallel: int) -> dict[str, str]:
-    return {"MAX_JOBS": str(max(1, cores // max(1, parallel)))}
+    """ninja's jobs for each of `parallel` builds on `cores`: at least two, so a plain build (two units) compiles
+    both at once even when every core has a build of its own: with one, the plain fall-backs at a batch's tail
+    compiled their units one after the other while the rest of the cores stood idle."""
+    return {"MAX_JOBS": str(max(2, cores // max(1, parallel)))}
 
 
 def prebuild(solutions: Sequence[str], options: Options, workers: int | None = None) -> None:
@@ -179,7 +182,7 @@ def _checks(pairs: Sequence[tuple[str, str]], built: _Built, options: Options, g
                 reference, solution = pairs[index]
                 on_check("check-start", index)
                 started = time.perf_counter()
-                report = _Check(reference, solution, local, cancel, env, pool).run()
+                report = Check(reference, solution, local, cancel, env, pool).run()
                 seconds = time.perf_counter() - started
                 on_check("check-end", index)
                 done.put(Checked(index, report, 0.0, seconds))
@@ -261,20 +264,20 @@ class Pipeline:
     def _build(self, batch: _Batch, text: str, indices: list[int], env: dict[str, str]) -> None:
         """Build one text of a batch; its pairs are handed to the checks however the build ends (a failed build
         is the check's to report; a cancelled one leaves checks that are cancelled too)."""
-        seconds = 0.0
+        seconds, begun = 0.0, False
         try:
             if not self.cancel.is_set():
                 for index in indices:
                     self._tell(Event("build-start", batch.number, index))
-                started = time.perf_counter()
+                begun, started = True, time.perf_counter()
                 _build(text, self.options, env, self.cancel)
                 seconds = time.perf_counter() - started
-                for index in indices:
-                    self._tell(Event("build-end", batch.number, index))
         finally:
             for index in indices:
                 batch.build_s[index] = seconds
                 batch.built.add(index)
+                if begun:  # however it ended: whoever waits for the build's end is told
+                    self._tell(Event("build-end", batch.number, index))
 
     def _tell(self, event: Event) -> None:
         try:

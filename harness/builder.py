@@ -44,7 +44,7 @@ def serve_builds(worker: Worker, options: Options, timeout: float, cancel: threa
             raise HarnessError(f"the solution's worker asked, round its own load_inline, for a build the harness "
                                f"refuses: {why}", "refused")
         made = build_entry(reply.call, reply.mode, options, max(0.0, deadline - time.monotonic()), cancel, extra_env)
-        worker.answer_build(messages.BuildAnswer(extension=made))
+        worker.answer(messages.BuildAnswer(extension=made))
 
 
 def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel: threading.Event | None = None,

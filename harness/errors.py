@@ -9,7 +9,10 @@ from __future__ import annotations
 
 
 class HarnessError(Exception):
-    def __init__(self, message: str, kind: str = "setup", log: str = "") -> None:
+    """`stage`: the check's stage it ended ("build", "verify", "time", ...; "" when none is known)."""
+
+    def __init__(self, message: str, kind: str = "setup", log: str = "", stage: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.log = log
+        self.stage = stage

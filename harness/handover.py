@@ -88,3 +88,32 @@ def _copy_regular(source: Path, target: Path, limit: int) -> bool | None:
         return True
     finally:
         os.close(handle)
+
+
+STAGED = "staged.bin"  # where a watched round's worker stages each timed call's outputs, in its own scratch
+
+
+def take_staged(worker: Worker, size: int, target: Path) -> str:
+    """Copy the first `size` bytes of the outputs `worker` staged (`timing.Staging`) to `target`, the caller's own
+    copy: "" when taken, else why not. The worker waits for the caller's answer meanwhile; the file is its, so only a
+    regular file, never through a link, at least `size` bytes long."""
+    try:
+        handle = os.open(Path(worker.scratch) / STAGED, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        return f"its staged outputs could not be opened ({error.strerror})"
+    try:
+        found = os.fstat(handle)
+        if not stat.S_ISREG(found.st_mode) or found.st_size < size:
+            return f"its staged outputs are not a regular file of at least {size} bytes"
+        target.unlink(missing_ok=True)
+        with open(handle, "rb", closefd=False) as reader, open(target, "xb") as writer:
+            left = size
+            while left:
+                block = reader.read(min(left, 1 << 20))
+                if not block:
+                    return "its staged outputs ended early"
+                writer.write(block)
+                left -= len(block)
+        return ""
+    finally:
+        os.close(handle)

@@ -2,7 +2,8 @@
 has changed since: a candidate that rebinds the timer, a stage or a clock through `sys.modules` is seen doing it.
 
 Tamper-evidence, not a wall: code in the same process can hide from any check made in it. What it cannot hide from
-is the caller's clock (`samples.outside_clock`) and the reference's outputs (`Keeper`, `compare_timed`).
+is the caller's clock and its account of the worker's CPU (`samples.outside_clock`, `samples.hidden_cpu`) and the
+reference's outputs on the caller's draws, compared with copies taken out of its reach (`rounds.TimeStage`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-HARNESS = ("timing", "stages", "verify", "inspect", "samples", "side", "messages", "integrity")
+HARNESS = ("timing", "stages", "timed", "verify", "runtime", "samples", "side", "messages", "integrity")
 PACKAGE = "dice_lsp.harness"
 
 
@@ -57,9 +58,14 @@ def _entries() -> dict[str, tuple[Any, tuple[int, ...]]]:
 
 
 class Seal:
-    """Taken when the harness's worker modules are loaded (the bottom of `stages`), before the first command."""
+    """Taken when the harness's worker modules are loaded (the bottom of `stages`), and again by the worker once it
+    has loaded every stage (`take`: `timed` loads after `stages`, and its stages must be sealed too), before the
+    first command."""
 
     def __init__(self) -> None:
+        self.entries = _entries()
+
+    def take(self) -> None:
         self.entries = _entries()
 
     def broken(self) -> list[str]:

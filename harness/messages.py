@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from dice_lsp.harness.build import Call, Extension
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.report import KernelShare
+from dice_lsp.harness.samples import TimedRound
 
 
 class MessageError(ValueError):
@@ -155,24 +156,48 @@ class Compared(Reply):
 
 
 @dataclass(frozen=True)
+class Output:
+    """One staged output tensor: its dtype (torch's name without "torch.") and shape."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Called(Reply):
+    """During a watched Time: timed call `index` ended and its outputs are staged (`timing.Staging`: the worker's
+    staging file on the CPU, its staging buffer on a GPU), laid out as `outputs`; -1 before the first call. The
+    caller takes a copy of those it keeps, then answers with the next call's `Next`. `staging`: the GPU buffer's
+    CUDA IPC description when it is new (the reference worker opens it); `lazy`: why nothing was staged."""
+
+    tag: ClassVar[str] = "called"
+    interim: ClassVar[bool] = True
+    index: int
+    outputs: tuple[Output, ...] = ()
+    staging: tuple[dict[str, Any], ...] = ()
+    lazy: str = ""
+
+
+@dataclass(frozen=True)
 class TimedCall:
-    """One timed call whose outputs were kept: its round, its place in the round, and its inputs as
-    `timing.call_inputs` makes them (two trials' inputs by index, a lerp weight per floating tensor)."""
+    """One timed call the caller kept: its round, its place in the round, its inputs as the caller drew them (a mix
+    of trials `first` and `second` with the weights of `seed`, `timing.weights`), where its copy lies (`slot`) and
+    the outputs' layout the solution's worker said it staged."""
 
     round: int
     index: int
     first: int
     second: int
-    weights: tuple[float, ...]
+    seed: int
+    slot: int
+    outputs: tuple[Output, ...]
 
 
 @dataclass(frozen=True)
-class Handed(Reply):
-    """The kept timed calls' outputs wait for the reference worker, "shared" by CUDA IPC or in a "file"."""
+class Snapshotted(Reply):
+    """The reference worker holds a copy of the staged outputs (GPU)."""
 
-    tag: ClassVar[str] = "handed"
-    outputs: str
-    calls: tuple[TimedCall, ...] = ()
+    tag: ClassVar[str] = "snapshotted"
 
 
 @dataclass(frozen=True)
@@ -201,33 +226,12 @@ class Inspected(Reply):
 
 
 @dataclass(frozen=True)
-class TimedRound:
-    """One round of one side's timing, as `timing.measure` returns it; `samples.pool` pools the rounds."""
-
-    median_ms: float
-    spread_ms: float
-    min_ms: float
-    max_ms: float
-    trials: int
-    host_median_ms: float
-    clock: str
-    overhead_ms: float
-    samples: tuple[float, ...]
-    host_samples: tuple[float, ...]
-    placements: int = 1
-    starts: tuple[float, ...] = ()  # each timed call's host-clock start (CLOCK_MONOTONIC seconds)
-    loop_start: float = 0.0  # the host clock when the round began and ended (`samples.outside_clock`)
-    loop_end: float = 0.0
-
-
-@dataclass(frozen=True)
 class Timed(Reply):
     tag: ClassVar[str] = "timed"
     timing: TimedRound
     tf32: bool
     cudnn_tf32: bool
     matmul_precision: str
-    kept: tuple[TimedCall, ...] = ()  # the calls of this round whose outputs the solution's worker keeps
     lazy: str = ""  # why a timed call's output was not a plain, materialised tensor
     threads: tuple[str, ...] = ()  # threads and processes started while timed
     tampered: tuple[str, ...] = ()
@@ -238,6 +242,7 @@ class Timed(Reply):
 class Command:
     tag: ClassVar[str] = ""
     answer: ClassVar[type[Reply]] = Reply  # the reply it gets unless it fails
+    interims: ClassVar[tuple[type[Reply], ...]] = ()  # replies it may send while it runs, each answered on stdin
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,7 @@ class Build(Command):
 
     tag: ClassVar[str] = "build"
     answer: ClassVar[type[Reply]] = Built
+    interims: ClassVar[tuple[type[Reply], ...]] = (BuildRequest,)
     path: str
     options: Options
     arch: str = "9.0"  # TORCH_CUDA_ARCH_LIST when neither the environment nor a GPU here says
@@ -333,18 +339,34 @@ class Compare(Command):
 
 
 @dataclass(frozen=True)
-class HandTimed(Command):
-    """Solution side: hand the kept timed calls' outputs over into `exchange` (by CUDA IPC when `share`)."""
+class Next(Command):
+    """The caller's answer to `Called`, read inside the Time command: the next timed call's inputs (`timing.Draw`),
+    or, after the last call, only leave to go on. Owes no reply."""
 
-    tag: ClassVar[str] = "hand-timed"
-    answer: ClassVar[type[Reply]] = Handed
-    exchange: str
-    share: bool = False
+    tag: ClassVar[str] = "next"
+    answer: ClassVar[type[Reply]] = Reply
+    first: int = 0
+    second: int = 0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot(Command):
+    """Reference side (GPU): copy the solution's staged outputs (`Called.staging`, opened by CUDA IPC once per
+    buffer) laid out as `outputs` into this worker's own memory as `slot`, before the solution's worker goes on."""
+
+    tag: ClassVar[str] = "snapshot"
+    answer: ClassVar[type[Reply]] = Snapshotted
+    slot: int
+    outputs: tuple[Output, ...]
+    staging: tuple[dict[str, Any], ...] = ()  # a new buffer's description: open it first
 
 
 @dataclass(frozen=True)
 class CompareTimed(Command):
-    """Reference side: run the reference on each kept timed call's inputs and compare the outputs handed over."""
+    """Reference side: run the reference on each kept timed call's inputs, made from the caller's record of them,
+    and compare the copy taken of its outputs: `timed-<slot>.bin` in `exchange` (CPU), or the slot this worker
+    holds (GPU, `Snapshot`)."""
 
     tag: ClassVar[str] = "compare-timed"
     answer: ClassVar[type[Reply]] = Compared
@@ -362,30 +384,31 @@ class Inspect(Command):
 @dataclass(frozen=True)
 class Time(Command):
     """One timing round of forward; None: the options' value. `trials` is exactly how many calls are timed (the
-    caller holds the reply to it); `fresh`: every call gets inputs of values no call has had; `watch` (the
-    solution): check every output, count threads, keep `keep` calls' outputs; `threads`: the CPU's intra-op
-    threads for both sides (0: as they are)."""
+    caller holds the reply to it); `watch`: the round is watched (`timing.Watch`): each call's inputs are the
+    caller's draw and its outputs are staged at `staging` (a path inside the worker's own scratch) for the caller,
+    which answers each `Called` with the next draw; `threads`: the CPU's intra-op threads for both sides (0: as
+    they are)."""
 
     tag: ClassVar[str] = "time"
     answer: ClassVar[type[Reply]] = Timed
+    interims: ClassVar[tuple[type[Reply], ...]] = (Called,)
     compiled: bool = False  # the reference under torch.compile
     trials: int | None = None
     warmup: int | None = None
     warm_s: float = 0.0
     round: int = 0
     check: str | None = None  # the check this round belongs to: its inputs are copied once a check
-    fresh: bool = False
     watch: bool = False
-    keep: int = 0
-    mirror: bool = False  # eager's side doing the solution's watching and keeping, to be compared with it; kept nothing
+    staging: str = ""
     threads: int = 0
 
 
 COMMANDS: dict[str, type[Command]] = {c.tag: c for c in (Build, Prepare, Compile, BuildAnswer, MakeReference,
-                                                         RunSolution, SaveOutputs, Compare, Inspect, Time, HandTimed,
-                                                         CompareTimed)}
+                                                         RunSolution, SaveOutputs, Compare, Inspect, Time, Next,
+                                                         Snapshot, CompareTimed)}
 REPLIES: dict[str, type[Reply]] = {r.tag: r for r in (Failed, Built, Prepared, BuildRequest, Compiled, ReferenceMade,
-                                                       Ran, OutputsSaved, Compared, Inspected, Timed, Handed)}
+                                                       Ran, OutputsSaved, Compared, Inspected, Timed, Called,
+                                                       Snapshotted)}
 
 
 # -- the wire ------------------------------------------------------------------------------------------------------

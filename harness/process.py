@@ -26,7 +26,7 @@ import weakref
 from pathlib import Path
 
 import dice_lsp
-from dice_lsp.harness import messages, sandbox
+from dice_lsp.harness import messages, samples, sandbox
 from dice_lsp.harness.lending import lent
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.options import Options
@@ -236,6 +236,14 @@ class Worker:
         # The commands whose replies are still to come, oldest first: a kept worker must owe none it has not been
         # asked about, and each reply must answer the command it comes for
         self.pending: collections.deque[type[messages.Command]] = collections.deque()
+        # CPU its processes use while it waits (between commands, and for the answer to a build request), counted
+        # once `watch_idle` is set (a solution's worker): the kernel's account when a reply came and when the next
+        # command or answer went (`samples.tree_cpu_ms`)
+        self.refused: tuple[str, ...] = ()  # the sockets its sandbox refused, as its replies said
+        self.watch_idle = False
+        self.idle_cpu_ms = 0.0
+        self._replied_cpu: float | None = None
+        self._paused: list[int] = []
 
     def _room(self, options: Options, env: dict[str, str], extra: tuple[str, ...],
               found: sandbox.Status) -> sandbox.Room:
@@ -324,7 +332,14 @@ class Worker:
         path.write_text(text)
         return str(path)
 
+    def _count_idle(self) -> None:
+        """What its processes used since its last reply, while it waited for this command or answer."""
+        if self.watch_idle and self._replied_cpu is not None:
+            self.idle_cpu_ms += max(0.0, samples.tree_cpu_ms(self.pid) - self._replied_cpu)
+            self._replied_cpu = None
+
     def send(self, command: messages.Command) -> None:
+        self._count_idle()
         try:
             self.process.stdin.write((messages.encode_command(command) + "\n").encode())
             self.process.stdin.flush()
@@ -334,7 +349,19 @@ class Worker:
                                self.log_tail()) from error
 
     def receive(self, timeout: float, cancel: threading.Event | None = None, stage: str = "") -> messages.Reply:
-        """The reply to the oldest command sent and not yet answered: its `answer` class, or `messages.Failed`."""
+        """The reply to the oldest command sent and not yet answered: its `answer` class, or `messages.Failed`; or
+        an interim reply the command may send while it runs (`Command.interims`), which the caller answers.
+        A `HarnessError` raised here carries `stage` as its stage."""
+        try:
+            reply = self._receive(timeout, cancel, stage)
+        except HarnessError as error:
+            error.stage = error.stage or stage
+            raise
+        if self.watch_idle and not isinstance(reply, messages.Called):  # a timed call's end waits microseconds
+            self._replied_cpu = samples.tree_cpu_ms(self.pid)
+        return reply
+
+    def _receive(self, timeout: float, cancel: threading.Event | None, stage: str) -> messages.Reply:
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
             if cancel is not None and cancel.is_set():  # the check's end closes its workers (a fit reference is kept)
@@ -361,25 +388,50 @@ class Worker:
             reply = messages.decode_reply(line)
         except messages.MessageError as error:
             raise self.malformed(stage, str(error), line) from None
-        if isinstance(reply, messages.BuildRequest) and command is messages.Build:
-            self.pending.appendleft(command)  # asked while building: the Build's own answer is still to come
+        if reply.refused:  # sockets its sandbox refused since its last reply, as it saw them
+            self.refused = (*self.refused, *reply.refused)
+        if command is not None and isinstance(reply, command.interims):
+            self.pending.appendleft(command)  # asked while the command runs: its own answer is still to come
             return reply
         if command is None or not isinstance(reply, (command.answer, messages.Failed)):
             asked = f"{command.tag} command" if command else "command never sent"
             raise self.malformed(stage, f"a {reply.tag} reply to a {asked}", line)
         return reply
 
-    def answer_build(self, answer: messages.BuildAnswer) -> None:
-        """Answer a BuildRequest: the worker reads this inside its Build, which still owes its own reply."""
+    def answer(self, answer: messages.Command) -> None:
+        """Answer an interim reply (`BuildAnswer` to a `BuildRequest`, `Next` to a `Called`): the worker reads it
+        inside the command it still owes a reply to."""
+        self._count_idle()
         try:
             self.process.stdin.write((messages.encode_command(answer) + "\n").encode())
             self.process.stdin.flush()
         except (BrokenPipeError, OSError) as error:
-            raise HarnessError(f"worker ended while building: {self.ending()}", "died", self.log_tail()) from error
+            raise HarnessError(f"worker ended while answered: {self.ending()}", "died", self.log_tail()) from error
 
-    def call(self, command: messages.Command, timeout: float, cancel: threading.Event | None = None) -> messages.Reply:
+    def call(self, command: messages.Command, timeout: float, cancel: threading.Event | None = None,
+             stage: str = "") -> messages.Reply:
         self.send(command)
-        return self.receive(timeout, cancel, command.tag)
+        return self.receive(timeout, cancel, stage or command.tag)
+
+    def pause(self) -> None:
+        """Stop the worker and every process below it (SIGSTOP) until `resume`: nothing of the candidate's runs
+        while another side is timed. Between commands only: a stopped worker answers nothing."""
+        self._paused = [self.pid, *samples.descendants(self.pid)]
+        for pid in self._paused:
+            self._signal_pid(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self._paused:
+            self._signal_pid(pid, signal.SIGCONT)
+        self._paused = []
+
+    def _signal_pid(self, pid: int, number: int) -> None:
+        if self.process.poll() is not None:  # its PIDs may belong to other processes by now
+            return
+        try:
+            os.kill(pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def malformed(self, stage: str, why: str, line: bytes) -> HarnessError:
         """The error for a reply that does not decode: the worker is ended (nothing it sends after can be trusted

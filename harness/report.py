@@ -111,6 +111,7 @@ class Report:
     device: str = ""  # "NVIDIA H200" or "cpu"
     build_cached: bool = False  # the extension came from the build cache
     build_mode: str = ""  # "light" (split translation units) or "plain" (load_inline as written)
+    background_cpu_ms: float = 0.0  # CPU the solution's processes used while its worker waited for the harness
     log: str = ""  # the tail of a crashed or failed worker's output
 
     @property
@@ -170,7 +171,8 @@ class Report:
         )
 
 
-_SCALARS = ("speedup_eager", "speedup_compile", "tf32", "cudnn_tf32", "device", "build_cached", "build_mode", "log")
+_SCALARS = ("speedup_eager", "speedup_compile", "tf32", "cudnn_tf32", "device", "build_cached", "build_mode",
+            "background_cpu_ms", "log")
 
 
 def _plain(value: Any) -> Any:

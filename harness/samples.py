@@ -9,18 +9,76 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from typing import Any
+from dataclasses import dataclass
 
 # copies of the timed inputs at different addresses, taken in turn trial by trial (`timing.placements`); here, where
 # the caller reads it without loading torch (`rounds.time_sides` agrees a first round's warm-up by it)
 PLACEMENTS = 8
 
 
-def summary(samples: list[float]) -> dict[str, float]:
+@dataclass(frozen=True)
+class Summary:
+    """Median, interquartile spread and extremes of some samples, in milliseconds."""
+
+    median_ms: float
+    spread_ms: float
+    min_ms: float
+    max_ms: float
+
+
+def summary(samples: list[float] | tuple[float, ...]) -> Summary:
     ordered = sorted(samples)
     q = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
-    return {"median_ms": statistics.median(ordered), "spread_ms": q[2] - q[0], "min_ms": ordered[0],
-            "max_ms": ordered[-1]}
+    return Summary(statistics.median(ordered), q[2] - q[0], ordered[0], ordered[-1])
+
+
+@dataclass(frozen=True)
+class TimedRound:
+    """One round of one side's timing as its worker measured it (`timing.measure`): exactly the forwards agreed,
+    every reading of the host clock it took (CLOCK_MONOTONIC seconds), so the caller can hold them to its own."""
+
+    samples: tuple[float, ...]  # ms a timed call: CUDA events, the process's CPU time, or host time
+    host_samples: tuple[float, ...]  # ms a timed call by the host clock (wall time)
+    clock: str  # "cuda-events" | "cpu-time" | "host"
+    overhead_ms: float = 0.0  # host time of an empty timed region (CUDA)
+    placements: int = 1
+    starts: tuple[float, ...] = ()  # each timed call's host-clock start
+    loop_start: float = 0.0  # the host clock when the round began and ended (`outside_clock`)
+    loop_end: float = 0.0
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples)
+
+
+@dataclass(frozen=True)
+class SideRound:
+    """A round as the caller saw it: the worker's reading, the forwards agreed for its warm-up, and the CPU the
+    kernel accounted to the worker's processes over the command (CPU checks; None elsewhere)."""
+
+    timed: TimedRound
+    warmup: int = 0
+    outside_cpu_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """One side's rounds pooled (`pool`)."""
+
+    median_ms: float
+    spread_ms: float
+    min_ms: float
+    max_ms: float
+    trials: int
+    host_median_ms: float
+    clock: str
+    overhead_ms: float
+    rounds: int
+    round_medians_ms: tuple[float, ...]
+    rounds_left_out: int
+    slow_fraction: float
+    placements: int
+    unsteady: bool  # the rounds kept still differ by more than ROUND_DISAGREE
 
 
 MIN_ROUND_TRIALS = 3  # a round capped by the time cap still times this many forwards
@@ -52,15 +110,15 @@ ROUND_DISAGREE = 0.25  # rounds kept whose medians differ by more than this (fas
 ROUND_POINTS = 100  # each round kept stands in the pooled samples as this many of its quantiles
 
 
-def _points(samples: list[float], count: int = ROUND_POINTS) -> list[float]:
+def _points(samples: tuple[float, ...], count: int = ROUND_POINTS) -> list[float]:
     """`count` evenly spaced quantiles of `samples` (nearest rank): a round's distribution at a fixed weight."""
     ordered = sorted(samples)
     n = len(ordered)
     return [ordered[min(n - 1, int((i + 0.5) * n / count))] for i in range(count)]
 
 
-def pool(rounds: list[dict[str, Any]], minimum: int = 0) -> dict[str, Any]:
-    """One side's timing from its rounds (each as `timing.measure` returns it).
+def pool(rounds: list[TimedRound], minimum: int = 0) -> Pooled:
+    """One side's timing from its rounds.
 
     Each round kept weighs the same: it stands in the pool as ROUND_POINTS of its quantiles, whatever its sample
     count, so a round that got more trials (a short forward in a quiet moment) does not outweigh the others.
@@ -70,38 +128,49 @@ def pool(rounds: list[dict[str, Any]], minimum: int = 0) -> dict[str, Any]:
     3-4x slow as a whole (17.4 and 19.5 us round medians against 4.8-5.0 us in the other rounds of the same checks,
     through a 50 ms warm-up), which moved a 5 us kernel's speedup by up to 3 %. Only slow rounds go (a side can only
     look slower for what is left in), the round medians are all reported, and so is how many were left out.
-    `disagree` says the rounds kept still differ by more than ROUND_DISAGREE: the machine was busy, most likely."""
-    medians = [statistics.median(p["samples"]) for p in rounds]
+    `unsteady` says the rounds kept still differ by more than ROUND_DISAGREE: the machine was busy, most likely."""
+    medians = [r.median_ms for r in rounds]
     middle = statistics.median(medians)
-    kept = [p for p, m in zip(rounds, medians) if m <= middle * (1 + ROUND_OUTLIER)]
-    if sum(len(p["samples"]) for p in kept) < minimum:
+    kept = [r for r, m in zip(rounds, medians) if m <= middle * (1 + ROUND_OUTLIER)]
+    if sum(len(r.samples) for r in kept) < minimum:
         kept = rounds
-    pooled = [s for part in kept for s in _points(part["samples"])]
-    host = [s for part in kept for s in _points(part["host_samples"])]
+    pooled = [s for r in kept for s in _points(r.samples)]
+    host = [s for r in kept for s in _points(r.host_samples)]
     stats = summary(pooled)
-    every = [s for part in rounds for s in part["samples"]]
-    kept_medians = [statistics.median(p["samples"]) for p in kept]
-    return {**stats, "trials": sum(len(p["samples"]) for p in kept), "host_median_ms": statistics.median(host),
-            "clock": rounds[0]["clock"], "overhead_ms": statistics.median(p["overhead_ms"] for p in rounds),
-            "rounds": len(rounds), "round_medians_ms": tuple(medians), "rounds_left_out": len(rounds) - len(kept),
-            "slow_fraction": sum(s > 2 * stats["median_ms"] for s in every) / len(every),
-            "placements": min(p.get("placements", 1) for p in rounds),
-            "disagree": max(kept_medians) > min(kept_medians) * (1 + ROUND_DISAGREE)}
+    every = [s for r in rounds for s in r.samples]
+    kept_medians = [r.median_ms for r in kept]
+    return Pooled(stats.median_ms, stats.spread_ms, stats.min_ms, stats.max_ms,
+                  trials=sum(len(r.samples) for r in kept), host_median_ms=statistics.median(host),
+                  clock=rounds[0].clock, overhead_ms=statistics.median(r.overhead_ms for r in rounds),
+                  rounds=len(rounds), round_medians_ms=tuple(medians), rounds_left_out=len(rounds) - len(kept),
+                  slow_fraction=sum(s > 2 * stats.median_ms for s in every) / len(every),
+                  placements=min(r.placements for r in rounds),
+                  unsteady=max(kept_medians) > min(kept_medians) * (1 + ROUND_DISAGREE))
 
 
-def timer_disagrees(timing: dict[str, Any], tolerance: float) -> bool:
+def timer_disagrees(pooled: Pooled, tolerance: float) -> bool:
     """Host time over a device-wide sync well above event time: work escaped the timed stream."""
-    if timing.get("clock") != "cuda-events":
+    if pooled.clock != "cuda-events":
         return False
-    host = timing["host_median_ms"] - timing.get("overhead_ms", 0.0)
-    return host > timing["median_ms"] * (1 + tolerance) + 0.05
+    return pooled.host_median_ms - pooled.overhead_ms > pooled.median_ms * (1 + tolerance) + 0.05
+
+
+WALL_FACTOR, WALL_FLOOR_MS = 3.0, 1.0  # CPU checks: a round's wall median this far above its CPU median is flagged
+
+
+def wall_exceeds_cpu(pooled: Pooled) -> bool:
+    """With CPU-time samples (the whole process's, ended threads included): forward's wall time far above its CPU
+    time. Another job on the cores stretches wall time too, so only by a wide margin: on the 2-core machine with a
+    busy loop beside, the honest C++ loop's wall median came out within 2.2x of its CPU median."""
+    return pooled.clock == "cpu-time" and pooled.host_median_ms > WALL_FACTOR * pooled.median_ms + WALL_FLOOR_MS
 
 
 CLOCK_EPSILON_S = 1e-4  # readings of one clock in two processes: slack for the conversions only
-GAP_FACTOR, GAP_FLOOR_MS = 3.0, 0.2  # a solution's median time between timed calls may be this much over eager's
+# The CPU a solution's round leaves unexplained may be this many times eager's, plus the floor a call
+GAP_FACTOR, GAP_FLOOR_MS = 3.0, 0.2
 
 
-def outside_clock(part: dict[str, Any], agreed: int, sent: float, received: float) -> list[str]:
+def outside_clock(timed: TimedRound, agreed: int, sent: float, received: float) -> list[str]:
     """What the caller's clock says against one round of the solution's timing: empty when they agree.
 
     The worker reads `time.perf_counter`, which is CLOCK_MONOTONIC, the same clock as the caller's: so every reading
@@ -109,79 +178,48 @@ def outside_clock(part: dict[str, Any], agreed: int, sent: float, received: floa
     round must hold exactly the forwards agreed. A candidate that slows, offsets or replaces the worker's clock, or
     answers with numbers of its own, reports readings the caller's clock does not allow."""
     problems = []
-    starts, samples = list(part.get("starts", ())), list(part["samples"])
-    if len(samples) != agreed or len(starts) != agreed:
-        problems.append(f"{len(samples)} timed forwards reported, {agreed} agreed")
-    first, last = part.get("loop_start", 0.0), part.get("loop_end", 0.0)
-    inside = [first, *starts, last]
+    if len(timed.samples) != agreed or len(timed.starts) != agreed:
+        problems.append(f"{len(timed.samples)} timed forwards reported, {agreed} agreed")
+    first, last = timed.loop_start, timed.loop_end
+    inside = [first, *timed.starts, last]
     if not sent - CLOCK_EPSILON_S <= first <= last <= received + CLOCK_EPSILON_S:
         problems.append(f"its clock read {first:.6f}-{last:.6f} s during a command the caller's clock saw run "
                         f"{sent:.6f}-{received:.6f} s")
     elif any(b < a - CLOCK_EPSILON_S for a, b in zip(inside, inside[1:])):
         problems.append("its readings go backwards")
-    host = samples if part.get("clock") == "host" else part.get("host_samples", samples)  # wall time, as the span
+    host = timed.samples if timed.clock == "host" else timed.host_samples  # wall time, as the span
     if sum(host) > (last - first) * 1e3 + CLOCK_EPSILON_S * 1e3:
         problems.append(f"its {len(host)} timed forwards add up to {sum(host):.3f} ms in a loop of "
                         f"{(last - first) * 1e3:.3f} ms")
     return problems
 
 
-def gaps_ms(part: dict[str, Any]) -> list[float]:
-    """The wall time between one timed call's end and the next one's start, from a round's own readings."""
-    starts, walls = part.get("starts", ()), part.get("host_samples", part["samples"])
-    return [(b - a) * 1e3 - s for a, b, s in zip(starts, starts[1:], walls)]
-
-
-def _low(values: list[float]) -> float:
-    """The first quartile: a gap that a busy machine stretched now and then does not move it."""
-    ordered = sorted(values)
-    return ordered[len(ordered) // 4]
-
-
-def hidden_time(solution: list[dict[str, Any]], eager: list[dict[str, Any]]) -> str:
-    """On the CPU, time the solution's readings leave between its timed calls, against eager's on the same inputs:
-    a clock that stops inside forward and catches up after it keeps the loop's span right, and moves forward's time
-    into the gaps (every gap, so the first quartile shows it). Empty when they agree (or there is nothing to
-    compare)."""
-    if not solution or not eager or solution[0].get("clock") == "cuda-events":
-        return ""
-    ours = [g for part in solution for g in gaps_ms(part)]
-    theirs = [g for part in eager for g in gaps_ms(part)]
-    if not ours or not theirs:
-        return ""
-    mine, base = _low(ours), _low(theirs)
-    if mine <= GAP_FACTOR * base + GAP_FLOOR_MS:
-        return ""
-    return (f"between its timed calls its clock shows {mine:.3f} ms (first quartile), eager's {base:.3f} ms on the "
-            "same inputs: forward's time is hidden between the readings")
-
-
 COMMAND_CPU_MS = 20.0  # CPU a solution round may use beyond eager's besides its calls: the seal, the census
 
 
-def _unaccounted(part: dict[str, Any]) -> float:
+def _unaccounted(side: SideRound) -> float:
     """CPU milliseconds the kernel accounted to a worker's processes during one round that its timed calls and
     warm-up (at most the warm-up forwards agreed, at the round's median) do not explain."""
-    samples = part["samples"]
-    return part["outside_cpu_ms"] - sum(samples) - part.get("warmup", 0) * summary(samples)["median_ms"]
+    samples = side.timed.samples
+    return (side.outside_cpu_ms or 0.0) - sum(samples) - side.warmup * side.timed.median_ms
 
 
-def hidden_cpu(solution: list[dict[str, Any]], eager: list[dict[str, Any]]) -> str:
+def hidden_cpu(solution: list[SideRound], eager: list[SideRound]) -> str:
     """With CPU-time samples: CPU the kernel accounted to the solution's worker and every process below it
     (`outside_cpu_ms`, read by the caller from /proc) that its timed calls do not explain, against eager's on the
     same inputs. Work in a helper process, or a process clock that stops inside forward, shows here. Empty when
     they agree (or there is nothing to compare)."""
-    ours = [p for p in solution if p.get("clock") == "cpu-time" and "outside_cpu_ms" in p]
-    theirs = [p for p in eager if p.get("clock") == "cpu-time" and "outside_cpu_ms" in p]
+    ours = [s for s in solution if s.timed.clock == "cpu-time" and s.outside_cpu_ms is not None]
+    theirs = [s for s in eager if s.timed.clock == "cpu-time" and s.outside_cpu_ms is not None]
     if not ours or not theirs:
         return ""
-    calls = sum(len(p["samples"]) for p in ours)
+    calls = sum(len(s.timed.samples) for s in ours)
     # Each round on its own, none below zero: a first round whose warm-up forwards ran faster than its median (ten
     # warm-ups at eager's median of 9.8 ms under load: -40 ms) cancelled eager's later rounds, and an honest
-    # solution's own bookkeeping (its fresh inputs and kept outputs, 1.7 ms a call under a memory-heavy job beside)
-    # was held against nothing
-    mine = sum(max(_unaccounted(p), 0.0) for p in ours)
-    base = sum(max(_unaccounted(p), 0.0) for p in theirs) * calls / sum(len(p["samples"]) for p in theirs)
+    # solution's own bookkeeping (its fresh inputs and staged outputs, 1.7 ms a call under a memory-heavy job
+    # beside) was held against nothing
+    mine = sum(max(_unaccounted(s), 0.0) for s in ours)
+    base = sum(max(_unaccounted(s), 0.0) for s in theirs) * calls / sum(len(s.timed.samples) for s in theirs)
     if mine <= GAP_FACTOR * base + calls * GAP_FLOOR_MS + len(ours) * COMMAND_CPU_MS:
         return ""
     return (f"its processes used {mine:.1f} ms of CPU the kernel counted and its {calls} timed calls do not explain "
@@ -214,16 +252,34 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+_TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(stat: str) -> int:
+    """utime + stime, in clock ticks, from a /proc stat line."""
+    fields = stat.rsplit(")", 1)[-1].split()
+    return int(fields[11]) + int(fields[12]) if len(fields) > 12 else 0
+
+
+def process_cpu_ms(pid: int) -> float:
+    """CPU milliseconds the kernel accounted to process `pid`, its ended threads included: each live thread's to
+    the nanosecond (schedstat), and what the process's own count (clock ticks) holds beyond its live threads' counts,
+    the threads that ended. A thread started and joined inside one call ends before any census can see it."""
+    live_ns, live_ticks = 0, 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        fields = proc_text(f"/proc/{pid}/task/{tid}/schedstat").split()
+        live_ns += int(fields[0]) if fields else 0
+        live_ticks += _ticks(proc_text(f"/proc/{pid}/task/{tid}/stat"))
+    ended = max(0, _ticks(proc_text(f"/proc/{pid}/stat")) - live_ticks)
+    return live_ns / 1e6 + ended * _TICK_MS
+
+
 def tree_cpu_ms(root: int) -> float:
-    """CPU milliseconds the kernel has accounted (schedstat) to the live threads of process `root` and of every
-    live process below it: the caller's own account of a worker's CPU, which nothing in the worker can change."""
-    total = 0
-    for pid in [root, *descendants(root)]:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            fields = proc_text(f"/proc/{pid}/task/{tid}/schedstat").split()
-            total += int(fields[0]) if fields else 0
-    return total / 1e6
+    """CPU milliseconds the kernel has accounted to process `root` and every live process below it, ended threads
+    included (`process_cpu_ms`): the caller's own account of a worker's CPU, which nothing in the worker can
+    change."""
+    return sum(process_cpu_ms(pid) for pid in [root, *descendants(root)])

@@ -27,7 +27,9 @@ class Side:
         self.expected_changed: Any = None
         self.options: Options | None = None  # from the build or reference command
         self.builder: Any = None
-        self.ask: Any = None  # solution: asks the caller for a build the cache lacks (the worker's loop sets it)
+        # Sends an interim reply (a build request, a timed call's end) and returns the caller's answer from stdin;
+        # the worker's loop sets it
+        self.exchange: Any = None
         self.outputs: Any = None  # the solution's last outputs, until the reference worker has compared them
         self.changed_trial: tuple[int, Any] = (0, None)  # reference: the changed inputs' (seed, inputs or None)
         self.run: dict[str, Any] | None = None  # solution: what `stages.run` keeps between its calls of one check
@@ -35,10 +37,12 @@ class Side:
         self.timed_check: Any = None  # the check that `timed_inputs` were copied for
         self.timed_inputs: Any = None  # one check's copies of the first trial's inputs (timing.placements)
         self.census: dict[str, str] | None = None  # solution: threads and processes known not to be the solution's
-        self.bases: list[list[Any]] = []  # the trials' inputs the timed calls mix (timing.FreshInputs)
-        self.kept: list[Any] = []  # solution: (TimedCall, outputs) of the timed calls kept for the reference
+        self.bases: list[list[Any]] = []  # the trials' inputs the timed calls mix (timing.Watch)
+        self.staging: Any = None  # where a watched round stages each call's outputs (timing.Staging)
+        self.staging_view: Any = None  # reference (GPU): the solution's staging buffer, opened by CUDA IPC
+        self.snapshots: dict[int, Any] = {}  # reference (GPU): copies of kept timed calls' staged outputs, by slot
         self.itself: Any = None  # reference: (disagreement with itself, inputs it writes into), found once
-        self.work: Any = None  # who did forward's work (inspect.work); a reference's is found once
+        self.work: Any = None  # who did forward's work (runtime.work); a reference's is found once
         self.verified: Any = None  # the solution's: its first trial's outputs, sampled (verify.sample)
 
 

@@ -9,18 +9,17 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
-from dice_lsp.harness import inspect as runtime
-from dice_lsp.harness import integrity, light, timing, verify
-from dice_lsp.harness.build import Builder, compile_entry
-from dice_lsp.harness.messages import (Build, Built, Compare, Compared, CompareTimed, Compile, Compiled, HandTimed,
-                                       Handed, Inspect, Inspected, LibraryLine, MakeReference, OutputsSaved, Prepare,
-                                       Prepared, Ran, ReferenceMade, RunSolution, SaveOutputs, Time, TimedCall, Timed,
-                                       TimedRound, TrialResult)
+from dice_lsp.harness import runtime
+from dice_lsp.harness import integrity, light, verify
+from dice_lsp.harness.build import Builder, Call, Extension, compile_entry
+from dice_lsp.harness.messages import (Build, BuildAnswer, BuildRequest, Built, Compare, Compared, Compile, Compiled,
+                                       Inspect, Inspected, LibraryLine, MakeReference, OutputsSaved, Prepare,
+                                       Prepared, Ran, ReferenceMade, RunSolution, SaveOutputs, TrialResult)
 from dice_lsp.harness.report import KernelShare
 from dice_lsp.harness.side import Side, load_module, pick_device
 
@@ -37,12 +36,22 @@ def build(side: Side, command: Build) -> Built:
     options = side.options = command.options
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or _local_arch(command.arch)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    side.builder = Builder(options.cache_dir, arch, side.ask)
+    side.builder = Builder(options.cache_dir, arch, _builds(side))
     side.builder.install()
     side.census = runtime.baseline(options.device)  # who runs before the solution is imported
     side.module = load_module(command.path, "dice_solution")
     return Built(extensions=tuple(side.builder.extensions), arch=arch, cuda_available=torch.cuda.is_available(),
                  has_model_new=hasattr(side.module, "ModelNew"))
+
+
+def _builds(side: Side) -> Callable[[Call, str], Extension]:
+    """How the Builder asks for a build the cache lacks: a `BuildRequest`, answered by `BuildAnswer`."""
+    def ask(call: Call, mode: str) -> Extension:
+        command = side.exchange(BuildRequest(call=call, mode=mode))
+        if not isinstance(command, BuildAnswer):
+            raise RuntimeError(f"the caller answered a build request with {command.tag}")
+        return command.extension
+    return ask
 
 
 def compile_call(side: Side, command: Compile) -> Compiled:
@@ -129,7 +138,7 @@ def _bytes(values: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
-def _trial(side: Side, index: int) -> list[Any]:
+def trial_inputs(side: Side, index: int) -> list[Any]:
     """A reference worker's trial inputs: the kept ones, or made again from the trial's seed."""
     seed, inputs = side.changed_trial if index == len(side.trials) else side.trials[index]
     return inputs if inputs is not None else verify.make_inputs(side.module, seed, side.device)[0]
@@ -141,10 +150,10 @@ def _expected(side: Side, index: int) -> list[torch.Tensor]:
     if kept is not None:
         return kept
     with torch.no_grad():
-        return verify.flatten(side.model(*_trial(side, index)))
+        return verify.flatten(side.model(*trial_inputs(side, index)))
 
 
-BASE_BYTES = 512 << 20  # what the trials' inputs kept for timing (`timing.FreshInputs`) may take, past two trials
+BASE_BYTES = 512 << 20  # what the trials' inputs kept for timing (`timing.Watch`) may take, past two trials
 # Each trial's inputs stay alive until every trial ran while they fit this: a forward that keys a cache by pointers
 # then meets new pointers every trial, as it would with inputs held by a caller, and only the changed inputs (same
 # pointers, new values) catch it as "output-cached". Past it (GB inputs), a trial's memory goes before the next's.
@@ -167,11 +176,11 @@ def run(side: Side, command: RunSolution) -> Ran:
         runtime.set_precision(options.tf32, options.cudnn_tf32)
         before = runtime.precision_state()
         census = side.census if side.census is not None else runtime.baseline(options.device)
-        started = _described(runtime.started_since(census), "at import")
+        started = described(runtime.started_since(census), "at import")
         reference = load_module(command.reference, "dice_inputs")
         side.model = _model(reference, side.module.ModelNew, options.seed, side.device)
         seen = runtime.census()
-        started += _described(runtime.started_since(census, seen), "in __init__")
+        started += described(runtime.started_since(census, seen), "in __init__")
         state = side.run = {"reference": reference, "census": census, "seen": seen, "held": [], "room": HELD_BYTES,
                             "first": None, "made": set()}
         side.bases, side.trials = [], []
@@ -188,7 +197,7 @@ def run(side: Side, command: RunSolution) -> Ran:
             made.add(where)
             side.trial_bytes = _bytes(tensors)
             copies = [verify.clone(t) for t in tensors]  # before forward may write into its inputs
-            _keep_base(side.bases, copies)
+            keep_base(side.bases, copies)
             if index == 0:  # timed and inspected later, and changed in place below
                 state["first"], side.trials = tensors, [(seeds[0], copies)]
             result = side.model(*tensors)
@@ -216,7 +225,7 @@ def run(side: Side, command: RunSolution) -> Ran:
             del first, copies, result
         if side.device.type == "cuda":
             torch.cuda.synchronize()
-    started += _described(runtime.started_since(census, seen), "in forward")
+    started += described(runtime.started_since(census, seen), "in forward")
     side.census = state["census"] = {**census, **runtime.census()}  # each start is reported once
     side.outputs = {"trials": outputs, "changed": changed_out}
     handed = _hand_over(side, Path(command.outputs), sharing)
@@ -227,14 +236,14 @@ def run(side: Side, command: RunSolution) -> Ran:
                tampered=tuple(SEAL.broken()), bases=len(side.bases))
 
 
-def _keep_base(bases: list[list[Any]], inputs: list[Any]) -> None:
+def keep_base(bases: list[list[Any]], inputs: list[Any]) -> None:
     """Keep one trial's inputs for the timed calls to mix: the first two always, more while all fit BASE_BYTES.
     Both sides keep by this rule, so the reference worker's bases are the solution's."""
     if len(bases) < 2 or sum(_bytes(b) for b in bases) + _bytes(inputs) <= BASE_BYTES:
         bases.append(inputs)
 
 
-def _described(found: dict[str, str], when: str) -> list[str]:
+def described(found: dict[str, str], when: str) -> list[str]:
     return [f"{key} '{name}' ({when})" for key, name in found.items()]
 
 
@@ -324,7 +333,7 @@ def _itself(side: Side, device: torch.device | None) -> tuple[str, tuple[int, ..
     that does not is no target for any solution: its own second run would "mismatch"), and which inputs it writes
     into (a solution may then write into them too). Once per reference worker."""
     _seed = side.trials[0][0]
-    inputs = _trial(side, 0)
+    inputs = trial_inputs(side, 0)
     runs, mutates = [], set()
     with torch.no_grad():
         for _ in range(2):
@@ -346,7 +355,7 @@ def inspect(side: Side, command: Inspect) -> Inspected:
     side.outputs = None  # compared by now: the GPU copies handed over go
     wrong = ""
     if side.work is None or not side.expected:  # the solution's worker inspects once, a reference's keeps it
-        inputs = _trial(side, 0) if side.expected else side.trials[0][1]
+        inputs = trial_inputs(side, 0) if side.expected else side.trials[0][1]
         given = [verify.clone(t) for t in inputs]  # forward may write into them
         calls: list[Any] = []
 
@@ -373,103 +382,7 @@ def inspect(side: Side, command: Inspect) -> Inspected:
                      plain_ms=found["plain_ms"], profiled_wrong=wrong)
 
 
-def time(side: Side, command: Time) -> Timed:
-    """Time forward: the solution, or the reference eager or under torch.compile. One round of several: the command
-    says how many timed calls (exactly), warm-up forwards and seconds this round gets, whether each call gets
-    fresh input values (`timing.FreshInputs`), how many calls' outputs to keep for the reference to compare
-    (`timing.Keeper`, the solution's), and the CPU's intra-op threads (both sides the same)."""
-    options = side.options
-    side.outputs = None  # compared by now: the GPU copies handed over go before anything is timed
-    runtime.set_precision(options.tf32, options.cudnn_tf32)
-    if side.device.type == "cpu" and command.threads:
-        torch.set_num_threads(command.threads)
-    if side.timed_check != command.check or side.timed_inputs is None:  # copied once a check, not a round
-        side.timed_inputs, side.timed_check, side.kept = None, command.check, []  # the last check's copies go first
-        side.timed_inputs = timing.placements(_timed_copies(side), side.device)
-    model = side.model
-    if command.compiled:
-        if side.compiled is None:  # compiled once; later rounds reuse it
-            side.compiled = torch.compile(side.model)
-        model = side.compiled
-    forwards = [lambda inputs=inputs: model(*inputs) for inputs in side.timed_inputs]
-    fresh = timing.FreshInputs(_bases(side), side.timed_inputs) if command.fresh else None
-    keeper = timing.Keeper(command.keep, fresh, side.device) if command.watch else None
-    tampered = SEAL.broken() if command.watch else []
-    result = timing.measure(forwards, side.device, _given(command.trials, options.timing_trials),
-                            _given(command.warmup, options.warmup_trials), command.warm_s, fresh, keeper,
-                            cpu_time=side.device.type == "cpu" and command.threads == 1)
-    found: dict[str, Any] = {}
-    if keeper is not None:
-        kept = [(TimedCall(command.round, call, *described), outputs) for call, described, outputs in keeper.kept]
-        if command.mirror:  # the same work done, nothing held
-            kept = []
-        side.kept += kept
-        threads = _described(runtime.started_since(side.census or {}), "while timed")
-        if keeper.peak > keeper.threads and not threads:
-            threads.append(f"{keeper.peak - keeper.threads} more thread(s) ran during a timed call and ended")
-        found = {"kept": tuple(call for call, _ in kept), "lazy": keeper.lazy, "threads": tuple(threads),
-                 "tampered": tuple(dict.fromkeys(tampered + SEAL.broken()))}
-    timed = {k: v for k, v in result.items() if k in TimedRound.__dataclass_fields__}
-    return Timed(timing=TimedRound(**timed), **runtime.precision_state(), **found)
-
-
-def _timed_copies(side: Side) -> list[Any]:
-    """Copies, on the device, of the first trial's inputs for the timed calls (never the inputs kept elsewhere:
-    fresh values are written into these)."""
-    inputs = _trial(side, 0) if side.expected else side.trials[0][1]
-    return [verify.clone(t) for t in inputs]
-
-
-def _bases(side: Side) -> list[list[Any]]:
-    """The trials' inputs the timed calls mix, on the device: the solution's copies (`run`), or on the reference's
-    side the same trials, kept by the same rule (`_keep_base`)."""
-    if not side.bases:
-        for index in range(len(side.trials)):
-            _keep_base(side.bases, _trial(side, index))
-    return side.bases
-
-
-def hand_timed(side: Side, command: HandTimed) -> Handed:
-    """Solution side: hand the kept timed calls' outputs to the reference worker, as `_hand_over` does the trials'
-    (outputs.json by CUDA IPC, or outputs.pt), under "timed"; the files of the trials' outputs go first."""
-    folder = Path(command.exchange)
-    for name in ("outputs.json", "outputs.pt"):
-        (folder / name).unlink(missing_ok=True)
-    outputs = [copies for _call, copies in side.kept]
-    if command.share and outputs and all(t.is_cuda for out in outputs for t in out):
-        try:
-            (folder / "outputs.json").write_text(json.dumps({"timed": [verify.share(out) for out in outputs]}))
-            return Handed(outputs="shared", calls=tuple(call for call, _ in side.kept))
-        except (RuntimeError, OSError):
-            pass
-    torch.save({"timed": [verify.detach_cpu(out) for out in outputs]}, folder / "outputs.pt")
-    return Handed(outputs="file", calls=tuple(call for call, _ in side.kept))
-
-
-def compare_timed(side: Side, command: CompareTimed) -> Compared:
-    """Reference side: make the inputs of each timed call the solution kept (`timing.call_inputs`, from this
-    worker's own copies of the trials' inputs), run the reference on them, and compare the solution's outputs."""
-    exchange = Path(command.exchange)
-    if (exchange / "outputs.pt").exists():
-        got = torch.load(exchange / "outputs.pt", weights_only=True, mmap=True)["timed"]
-    else:
-        got = [verify.receive(out) for out in json.loads((exchange / "outputs.json").read_text())["timed"]]
-    if len(got) != len(command.calls):
-        raise ValueError(f"{len(got)} timed outputs handed over for {len(command.calls)} calls")
-    device = side.device if side.device.type == "cuda" else None
-    bases, results = _bases(side), []
-    with torch.no_grad():
-        for call, outputs in zip(command.calls, got):
-            if not (0 <= call.first < len(bases) and 0 <= call.second < len(bases)):
-                raise ValueError(f"timed call {call.index} names trials {call.first} and {call.second}")
-            inputs = timing.call_inputs(bases, call.first, call.second, call.weights)
-            expected = verify.flatten(side.model(*inputs))
-            found = verify.compare(list(outputs), expected, side.options.atol, side.options.rtol, device)
-            results.append(TrialResult(seed=call.index, **found))
-    return Compared(trials=tuple(results))
-
-
-def _given(value: Any, default: Any) -> Any:
+def given(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 

@@ -1,7 +1,10 @@
 """Time stage: warm-up, an L2 flush before each trial, CUDA events per trial and host time over a device-wide sync;
-fresh input values for every timed call, and a few of the timed calls' outputs kept to be compared afterwards.
+on the CPU the whole process's CPU time. In a watched round each timed call's inputs are the caller's draw and its
+outputs are staged where the caller (CPU) or the reference worker (GPU) takes a copy before the next call begins:
+which calls are compared with the reference is decided outside this process, after each call's outputs left it.
 
-The clocks and the randomness are bound when this module is imported, before any candidate code runs in the worker.
+The clocks and the functions that stage outputs are bound when this module is imported, before any candidate code
+runs in the worker.
 """
 
 from __future__ import annotations
@@ -12,19 +15,25 @@ import os
 import resource
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
-from dice_lsp.harness import inspect as runtime
+from dice_lsp.harness import runtime
 from dice_lsp.harness import verify
-from dice_lsp.harness.samples import PLACEMENTS, summary
+from dice_lsp.harness.samples import PLACEMENTS, TimedRound
 
 _perf_counter = time.perf_counter
-_thread_time = time.thread_time
 _getrusage = resource.getrusage
 _waitpid = os.waitpid
-_urandom = os.urandom
+_from_file = torch.from_file
+_empty = torch.empty
+_narrow = torch.Tensor.narrow
+_view = torch.Tensor.view
+_copy = torch.Tensor.copy_
+_function_modes = getattr(torch._C, "_len_torch_function_stack", lambda: 0)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
@@ -50,7 +59,7 @@ def placements(inputs: list[Any], device: torch.device) -> list[list[Any]]:
 
 def _cpu_aside() -> float:
     """CPU seconds of this process's ended children (reaped here first: this process is their subreaper,
-    `inspect.baseline`)."""
+    `runtime.baseline`)."""
     try:
         while _waitpid(-1, os.WNOHANG)[0] > 0:
             pass
@@ -61,24 +70,30 @@ def _cpu_aside() -> float:
 
 
 def cpu_seconds() -> float:
-    """The CPU time of the thread that calls forward, to the nanosecond, and of the children it waited for
-    (`_cpu_aside`): another job on the cores does not stretch it, as it does wall time. Not the other threads':
-    torch's idle intra-op threads spin for a while after a parallel region (the reference worker's comparison just
-    ran one), and counted in, eager's 40 us op came out at 60-136 us. Work handed to another thread or a helper
-    process is the caller's to see (`samples.hidden_cpu`, from the kernel's own account). Nor the process clock:
-    with a CPU-time limit set, as every worker has, the kernel reads it from a per-process sum kept up only at
-    scheduler ticks, and a 50 us op came out as 0."""
-    return _cpu_aside() + _thread_time()
+    """The CPU time of this whole process, its ended threads included, and of the children it waited for
+    (`_cpu_aside`): another job on the cores does not stretch it, as it does wall time. getrusage's own sum is exact
+    for the calling thread and for every thread that ended (a thread started and joined inside a call is counted;
+    the calling thread's clock alone missed it, and a forward that ran its loop on one looked 40 times faster) and
+    within a scheduler tick for other live threads. Not the process clock (time.process_time): with a CPU-time limit
+    set, as every worker has, the kernel reads it from a per-process sum kept up only at scheduler ticks, and a
+    50 us op came out as 0. Idle intra-op threads that spin after a parallel region would count here: workers run
+    with OMP_WAIT_POLICY=PASSIVE (`process.worker_environment`), so they sleep instead."""
+    own = _getrusage(resource.RUSAGE_SELF)
+    return _cpu_aside() + own.ru_utime + own.ru_stime
 
 
-def _below(count: int) -> int:
-    """A uniform draw from range(count), from the kernel's randomness: nothing in this process can predict it."""
-    return int.from_bytes(_urandom(8), "little") % count
-
-
-def _weight() -> float:
-    """A lerp weight in [0.25, 0.75), exact in float32 (a multiple of 2^-20), so both workers mix the same values."""
-    return 0.25 + _below(1 << 19) / (1 << 20)
+def weights(seed: int, count: int) -> tuple[float, ...]:
+    """`count` lerp weights in [0.25, 0.75) from `seed` (splitmix64, in plain integer arithmetic: nothing here for
+    a candidate to rebind), each exact in float32 (a multiple of 2^-20), so both workers mix the same values."""
+    found, state = [], seed & 0xFFFFFFFFFFFFFFFF
+    for _ in range(count):
+        state = (state + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        z ^= z >> 31
+        found.append(0.25 + (z >> 45) / (1 << 20))
+    return tuple(found)
 
 
 def mix(first: list[Any], second: list[Any], weights: Sequence[float], out: list[Any] | None = None) -> list[Any]:
@@ -120,55 +135,109 @@ def call_inputs(bases: list[list[Any]], first: int, second: int, weights: Sequen
     return mix(bases[first], bases[second], weights, out)
 
 
-class FreshInputs:
-    """Before each timed call, values no call has had written into the inputs it is about to get (`placements`):
-    a mix of two of `bases` (the trials' inputs) with weights drawn then (`mix`). A forward that keys a cache by
-    pointers, identity, `_version` or a few sampled values misses every time, and one that counts calls or looks
-    for the timer cannot tell which calls matter (`Keeper`). `last` describes the call about to run:
-    (first base, second base, weights)."""
-
-    def __init__(self, bases: list[list[Any]], placements: list[list[Any]]) -> None:
-        self.bases, self.placements = bases, placements
-        self.last: tuple[int, int, tuple[float, ...]] = (0, 0, ())
-
-    def __call__(self, placement: int) -> None:
-        count = len(self.bases)
-        first = _below(count)
-        second = (first + 1 + _below(count - 1)) % count if count > 1 else first
-        inputs = self.placements[placement]
-        weights = tuple(_weight() for _ in range(_floating(inputs)))
-        call_inputs(self.bases, first, second, weights, inputs)
-        self.last = (first, second, weights)
+def floating(inputs: list[Any]) -> int:
+    """How many of `inputs` are floating tensors: one lerp weight each."""
+    return _floating(inputs)
 
 
-class Keeper:
-    """After each timed call: is its output plain, materialised tensors (`verify.plain`), how many threads run now,
-    and should its outputs be kept. `slots` calls' outputs are kept, every call as likely as any other to end up
-    among them (reservoir sampling), decided after the call returned with randomness drawn then: forward cannot
-    know whether its outputs will be compared with the reference's. `kept`: (call, inputs described, output copies)."""
+@dataclass(frozen=True)
+class Draw:
+    """One timed call's inputs, as the caller drew them: a mix of trials `first` and `second`, with the weights of
+    `seed` (`weights`). The caller keeps the record; the worker only applies it."""
 
-    def __init__(self, slots: int, fresh: FreshInputs | None, device: torch.device) -> None:
-        self.slots, self.fresh, self.device = slots, fresh, device
-        self.kept: list[tuple[int, tuple[int, int, tuple[float, ...]], list[torch.Tensor]]] = []
+    first: int
+    second: int
+    seed: int
+
+
+ALIGN = 64  # each staged output begins at a multiple of this many bytes
+
+
+def layout(outputs: list[torch.Tensor]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The staged outputs' dtypes and shapes, in order (the reference worker reads them back by it)."""
+    return tuple((str(t.dtype).removeprefix("torch."), tuple(t.shape)) for t in outputs)
+
+
+def staged_bytes(described: Sequence[tuple[str, Sequence[int]]]) -> int:
+    """The bytes staged outputs of this layout take, each aligned to ALIGN."""
+    total = 0
+    for dtype, shape in described:
+        total += -(-math.prod(shape) * getattr(torch, dtype).itemsize // ALIGN) * ALIGN
+    return total
+
+
+class Staging:
+    """Where a watched call's outputs are written for the harness to take them before the next call begins: a file
+    the caller reads on the CPU (mapped shared, so the write is the file's), a GPU buffer the reference worker opens
+    by CUDA IPC on a GPU. Written with functions bound at import (`_copy`, `_view`, `_narrow`): a candidate that
+    patches torch.Tensor's methods (the clone it once used to compute an answer only when it was copied) reaches
+    none of them."""
+
+    def __init__(self, path: str, device: torch.device) -> None:
+        self.path, self.device = path, device
+        self.buffer: torch.Tensor | None = None
+        self.fresh = False  # a new GPU buffer: the reference worker must open it before it takes a copy
+
+    def write(self, outputs: list[torch.Tensor]) -> int:
+        size = staged_bytes(layout(outputs))
+        if self.buffer is None or self.buffer.numel() < size:
+            if self.device.type == "cuda":
+                self.buffer = _empty(max(size, ALIGN), dtype=torch.uint8, device=self.device)
+                self.fresh = True
+            else:
+                self.buffer = _from_file(self.path, shared=True, size=max(size, ALIGN), dtype=torch.uint8)
+        offset = 0
+        for tensor in outputs:
+            count = tensor.numel() * tensor.element_size()
+            if count:
+                place = _view(_view(_narrow(self.buffer, 0, offset, count), tensor.dtype), tensor.shape)
+                _copy(place, tensor)
+            offset += -(-count // ALIGN) * ALIGN
+        if self.device.type == "cuda":
+            _synchronize(self.device)
+        return size
+
+
+class Watch:
+    """A watched round's bookkeeping in a worker: before each timed call, the caller's draw written into that call's
+    inputs (`before`); after it, the outputs checked to be plain tensors, the threads counted, the outputs staged and
+    the caller told, whose answer is the next call's draw (`after`). `ask(index, outputs)` sends what the caller
+    needs to know of call `index` (-1: none ran yet) and returns its next `Draw`.
+
+    Nothing the verdict rests on stays here: the draws are the caller's, and which calls are compared it decides
+    after each call's outputs were copied out of this process's reach (CPU: by the caller; GPU: by the reference
+    worker)."""
+
+    def __init__(self, bases: list[list[Any]], placements: list[list[Any]], staging: Staging,
+                 ask: Callable[[int, list[torch.Tensor], str], Draw]) -> None:
+        self.bases, self.placements, self.staging, self.ask = bases, placements, staging, ask
+        self.draw: Draw | None = None
         self.lazy = ""
+        self.modes = ""  # a torch function or dispatch mode active while timed: it sees every op of the harness's
         self.threads = runtime.thread_count()
         self.peak = self.threads
 
-    def __call__(self, call: int, outputs: Any) -> None:
+    def start(self) -> None:
+        self.draw = self.ask(-1, [], "")
+
+    def before(self, placement: int) -> None:
+        draw, inputs = self.draw, self.placements[placement]
+        if draw is None or not 0 <= draw.first < len(self.bases) or not 0 <= draw.second < len(self.bases):
+            raise ValueError(f"the caller's draw {draw} names no trials of {len(self.bases)}")
+        call_inputs(self.bases, draw.first, draw.second, weights(draw.seed, _floating(inputs)), inputs)
+
+    def after(self, call: int, outputs: Any) -> None:
         self.peak = max(self.peak, runtime.thread_count())
-        why = verify.plain(outputs, self.device)
+        if _function_modes() or _dispatch_modes():
+            self.modes = self.modes or f"a torch function or dispatch mode was active at timed call {call}"
+        why = verify.plain(outputs, self.staging.device)
         if why:
             self.lazy = self.lazy or f"timed call {call} returned {why}"
+            self.draw = self.ask(call, [], why)
             return
-        slot = call if call < self.slots else _below(call + 1)
-        if slot >= self.slots or self.fresh is None:
-            return
-        copies = [t.detach().clone(memory_format=torch.contiguous_format) for t in verify.flatten(outputs)]
-        entry = (call, self.fresh.last, copies)  # contiguous: CUDA IPC hands over a storage, not strides
-        if slot < len(self.kept):
-            self.kept[slot] = entry
-        else:
-            self.kept.append(entry)
+        flat = verify.flatten(outputs)
+        self.staging.write(flat)
+        self.draw = self.ask(call, flat, "")
 
 
 def _nbytes(value: Any) -> int:
@@ -189,16 +258,17 @@ def _flusher(device: torch.device) -> Callable[[], None]:
 
 def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: torch.device, trials: int,
             warmup: int, warm_s: float = 0.0, before: Callable[[int], None] | None = None,
-            after: Callable[[int, Any], None] | None = None, cpu_time: bool = False) -> dict[str, Any]:
+            after: Callable[[int, Any], None] | None = None, cpu_time: bool = False,
+            ready: Callable[[], None] | None = None) -> TimedRound:
     """Median and spread of `forward` over exactly `trials` timed calls (the number the caller agreed); on CUDA also
     the host-clock median, which sees work on every stream. On the CPU with `cpu_time` (one intra-op thread on
     both sides), the samples are CPU time (`cpu_seconds`), the wall time beside them: on the 2-core machine with
     two busy processes beside, the honest C++ loop's wall-clock rounds went from 2.0 to 6.4 ms with the share of
     a core it got, and its speedup over five checks moved by 43 %.
 
-    `before(k)` runs ahead of timed call k and `after(k, outputs)` once it is done (synchronized), both outside the
-    timer: they give each call fresh inputs (`FreshInputs`) and check and keep some outputs (`Keeper`). The
-    readings of the host clock come back too (`loop_start`, `starts`, `loop_end`, seconds on CLOCK_MONOTONIC), so
+    `ready()` runs once warm-up is done, `before(k)` ahead of timed call k and `after(k, outputs)` once it is done
+    (synchronized), all outside the timer: a watched round (`Watch`) asks the caller for each call's inputs there
+    and stages each call's outputs for it. The readings of the host clock come back too (`loop_start`, `starts`, `loop_end`, seconds on CLOCK_MONOTONIC), so
     the caller can hold them against its own clock (`samples.outside_clock`).
 
     `forward` may be several forwards (the same model on copies of its inputs, `placements`), taken in turn, trial
@@ -252,6 +322,8 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
                 if not cuda or _perf_counter() - warm_started >= warm_s:
                     break
         cover = _cover_cycles(launches[1:] or launches) if cuda else 0
+        if ready is not None:
+            ready()
         events, host, starts = [], [], []
         for k in range(max(trials, 1)):
             run = forwards[(warmed + k) % len(forwards)]
@@ -271,14 +343,14 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
                 h1 = _perf_counter()
                 events.append(_elapsed(start, end))
                 host.append((h1 - h0) * 1e3 - _elapsed(flushed, start))
-            else:  # this thread's CPU clock read nearest the forward, the slower reads of the rest outside
-                aside = _cpu_aside() if cpu_time else 0.0
-                c0, h0 = _thread_time(), _perf_counter()
+            else:  # the process's CPU clock read nearest the forward
+                c0 = cpu_seconds() if cpu_time else 0.0
+                h0 = _perf_counter()
                 out = run()
-                h1, c1 = _perf_counter(), _thread_time()
+                h1 = _perf_counter()
                 host.append((h1 - h0) * 1e3)
                 if cpu_time:
-                    events.append((c1 - c0 + _cpu_aside() - aside) * 1e3)
+                    events.append((cpu_seconds() - c0) * 1e3)
             starts.append(h0)
             if after is not None:
                 after(k, out)
@@ -287,10 +359,8 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
         overhead = _sync_overhead(sync) if cuda else 0.0
     samples = events if cuda or cpu_time else host
     clock = "cuda-events" if cuda else "cpu-time" if cpu_time else "host"
-    return {**summary(samples), "trials": len(samples), "host_median_ms": statistics.median(host),
-            "clock": clock, "overhead_ms": overhead, "samples": samples,
-            "host_samples": host, "placements": len(forwards), "starts": starts, "loop_start": loop_start,
-            "loop_end": _perf_counter()}
+    return TimedRound(samples=tuple(samples), host_samples=tuple(host), clock=clock, overhead_ms=overhead,
+                      placements=len(forwards), starts=tuple(starts), loop_start=loop_start, loop_end=_perf_counter())
 
 
 def _cover_cycles(launches: list[float]) -> int:

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+from dice_lsp.harness.memory import COMPARE_CHUNK, DIGEST_CHUNK
+
 CHANGED_SEED_OFFSET = 10_000  # the in-place changed inputs use seed + this
 
 
@@ -40,14 +42,39 @@ def make_inputs(module: Any, seed: int, device: torch.device) -> tuple[list[Any]
     return to_device(list(module.get_inputs()), device), "host"
 
 
-def out_of_memory(what: str, trial_bytes: int, device: torch.device) -> str:
-    """What a worker that ran out of GPU memory says, in numbers: what one trial takes, and what the GPU has."""
+def out_of_memory(what: str, trial_bytes: int, device: torch.device, planned: int = 0) -> str:
+    """What a worker that ran out of memory says, in numbers: what one trial takes (as the reference measured it:
+    a solution's worker can run out before it has made a trial of its own), what the check's plan let this worker
+    hold, and what the GPU has and this worker holds there."""
+    trial = f"one trial's inputs and outputs take {trial_bytes / 1e9:.2f} GB" if trial_bytes else \
+        "one trial's size was not measured yet"
+    plan = f"the check's memory plan let this worker hold {planned / 1e9:.2f} GB; " if planned else ""
+    if device.type != "cuda":
+        return (f"the host ran out of memory {what}: {trial}; {plan}this worker held {_resident() / 1e9:.2f} GB. "
+                "Other jobs on the machine, or a memory limit (memory_limit_gb), left it too little")
     free, total = torch.cuda.mem_get_info(device)
     held = torch.cuda.memory_reserved(device)
-    return (f"the GPU ran out of memory {what}: one trial's inputs and outputs take {trial_bytes / 1e9:.2f} GB, and a "
-            f"check holds a few trials' worth on each side; the GPU has {total / 1e9:.1f} GB, {free / 1e9:.1f} GB "
-            f"free, {held / 1e9:.1f} GB held by this worker. Smaller inputs in get_inputs, or a GPU with more memory, "
-            "would let it run")
+    return (f"the GPU ran out of memory {what}: {trial}; {plan}the GPU has {total / 1e9:.1f} GB, {free / 1e9:.1f} GB "
+            f"free, {held / 1e9:.1f} GB held by this worker. Other processes on the GPU held the rest, or the problem "
+            "needs more than it has: smaller inputs in get_inputs, or a GPU with more memory, would let it run")
+
+
+def _resident() -> int:
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def host_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is the CPU allocator's failure (a RuntimeError, not torch's OutOfMemoryError)."""
+    return isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error)
+
+
+def tensor_bytes(values: list[Any]) -> int:
+    """The bytes of the tensors among `values`."""
+    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
 def seed_all(seed: int) -> None:
@@ -207,9 +234,15 @@ def _on_gpu_or_cpu(work: Callable[[torch.device], Any], device: torch.device | N
     return work(torch.device("cpu"))
 
 
-def norm(tensor: torch.Tensor, device: torch.device | None = None) -> float:
-    """The L2 norm in float64, on `device` when there is room for it there."""
-    return _on_gpu_or_cpu(lambda where: float(torch.linalg.vector_norm(tensor.to(where, torch.float64))), device)
+def norm(tensor: torch.Tensor, device: torch.device | None = None, chunk: int = COMPARE_CHUNK) -> float:
+    """The L2 norm in float64, a chunk at a time (an 8.6 GB float32 output is 17 GB in float64), on `device` when
+    there is room for it there."""
+    def work(where: torch.device) -> float:
+        flat, total = tensor.detach().reshape(-1), 0.0
+        for start in range(0, flat.numel(), chunk):
+            total += float(flat[start:start + chunk].to(where, torch.float64).square().sum())
+        return math.sqrt(total)
+    return _on_gpu_or_cpu(work, device)
 
 
 def compare(got: list[torch.Tensor], expected: list[torch.Tensor], atol: float, rtol: float,
@@ -222,12 +255,10 @@ def compare(got: list[torch.Tensor], expected: list[torch.Tensor], atol: float, 
     return _on_gpu_or_cpu(lambda where: _compare(got, expected, atol, rtol, where), device)
 
 
-COMPARE_CHUNK = 1 << 25  # elements compared at once: float64 temporaries of a few hundred MB, whatever the output
-
-
 def _compare(got, expected, atol, rtol, device, chunk: int = COMPARE_CHUNK) -> dict[str, Any]:
-    """`compare`, one output and one chunk of its elements at a time: an output of 2.3e9 elements needs 18 GB per
-    float64 temporary whole, more than a GPU (or the worker's memory limit) leaves once both sides hold theirs."""
+    """`compare`, one output and one chunk of its elements at a time (COMPARE_CHUNK: float64 temporaries of a few
+    hundred MB, `memory.COMPARE_BYTES_PER_ELEMENT`): an output of 2.3e9 elements needs 18 GB per float64 temporary
+    whole, more than a GPU (or the worker's memory limit) leaves once both sides hold theirs."""
     result: dict[str, Any] = {"passed": True, "max_abs_error": 0.0, "max_rel_error": 0.0, "where": "",
                               "relative_l2": 0.0, "note": "", "dtype_notes": []}
     if len(got) != len(expected):
@@ -309,3 +340,123 @@ def matches(outputs: list[torch.Tensor], kept: list[tuple[tuple[int, ...], torch
             worst = (got.double() - values.double()).abs().nan_to_num(math.inf).max().item()
             return f"{label} differs by up to {worst:.3g} at the positions checked"
     return ""
+
+
+# -- digests: what forward wrote into its inputs, without a copy of them ---------------------------------------------
+
+DIGEST_SUMS = 2  # independent weighted sums a digest holds
+_MASK = (1 << 64) - 1
+
+
+def _mixed(value: int) -> int:
+    """splitmix64's finaliser: a well-spread 64-bit value from any."""
+    value = (value + 0x9E3779B97F4A7C15) & _MASK
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK
+    return value ^ (value >> 31)
+
+
+class DigestKey:
+    """The secret of one digest pair (before and after a forward), drawn from the system's randomness (not torch's
+    generators, which forward could set or read). Element p of chunk j of a tensor is weighted, in sum k, by
+    w_k(p) * m_k(j): w_k an odd hash of p made once per device (DIGEST_CHUNK int64s), m_k an odd hash of j, applied
+    to the chunk's sum, so a chunk costs a conversion, a multiply and a sum per key."""
+
+    def __init__(self) -> None:
+        draw = random.SystemRandom()
+        self.seeds = tuple(draw.getrandbits(64) for _ in range(DIGEST_SUMS))
+        self._weights: dict[torch.device, list[torch.Tensor]] = {}
+
+    def weights(self, device: torch.device) -> list[torch.Tensor]:
+        if device not in self._weights:
+            where = torch.arange(DIGEST_CHUNK, dtype=torch.int64, device=device)
+            found = []
+            for seed in self.seeds:
+                weight = where * _signed(_mixed(seed) | 1) + _signed(_mixed(seed + 1))
+                weight ^= weight >> 29
+                weight *= _signed(_mixed(seed + 2) | 1)
+                weight ^= weight >> 32
+                found.append(weight | 1)
+            self._weights[device] = found
+        return self._weights[device]
+
+    def factor(self, k: int, chunk: int) -> int:
+        return _mixed(self.seeds[k] ^ _mixed(chunk + 3)) | 1
+
+
+def digest_key() -> DigestKey:
+    return DigestKey()
+
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(piece: torch.Tensor) -> torch.Tensor:
+    """The values of `piece` (1-D) as int64 bit patterns, -0.0 as 0.0 and every NaN as one NaN: equal patterns are
+    equal values in `same`'s sense."""
+    if piece.is_complex():
+        piece = torch.view_as_real(piece).reshape(-1)
+    if piece.dtype == torch.bool:
+        return piece.to(torch.int64)
+    if piece.is_floating_point():
+        piece = (piece + 0).masked_fill_(torch.isnan(piece), math.nan)
+        piece = piece.view(_BITS[piece.element_size()])
+    return piece.to(torch.int64)
+
+
+def _pieces(tensor: torch.Tensor, size: int):
+    """`tensor`'s elements in order, as 1-D pieces of at most `size` (and the position of each piece's first): views
+    where it is contiguous, else copies of a few slices along its first dimension at a time (never the whole)."""
+    if tensor.is_contiguous() or tensor.dim() == 0:
+        flat = tensor.reshape(-1)
+        for start in range(0, flat.numel(), size):
+            yield flat[start:start + size]
+        return
+    rows = max(1, size // max(1, tensor[0].numel()))
+    for start in range(0, tensor.shape[0], rows):
+        yield from _pieces(tensor[start:start + rows].reshape(-1), size)
+
+
+def digest(tensor: torch.Tensor, key: DigestKey) -> tuple:
+    """Weighted sums (mod 2^64) of `tensor`'s values' bits, each element's weight odd and secret (`DigestKey`): one
+    element changed changes every sum (an odd weight times a nonzero difference is never 0 mod 2^64), and several
+    changes cancel in all of them with odds of about 2^-64 each without the key. A chunk at a time, on the tensor's
+    own device: temporaries of `memory.DIGEST_BYTES_PER_ELEMENT` a chunk's element, never the tensor's size. It
+    answers `same`'s question for inputs of gigabytes that a clone would double."""
+    sums = [0] * DIGEST_SUMS
+    for j, piece in enumerate(_pieces(tensor.detach(), DIGEST_CHUNK)):
+        bits = _bits(piece)
+        for k, weight in enumerate(key.weights(bits.device)):
+            part = int(_weighted_sum(bits, weight[:bits.numel()])) & _MASK
+            sums[k] = (sums[k] + part * key.factor(k, j)) & _MASK
+    return (tuple(tensor.shape), tensor.dtype, *sums)
+
+
+def _weighted_sum(bits: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """sum(bits * weight) in int64, wrapping: torch.dot on the CPU (a tenth of the time), a product and a sum on a
+    GPU (whose dot has no integer kernel)."""
+    return torch.dot(bits, weight) if bits.device.type == "cpu" else torch.sum(bits * weight)
+
+
+def _signed(value: int) -> int:
+    """A 64-bit constant as the int64 torch multiplies by (arithmetic wraps mod 2^64 either way)."""
+    value &= _MASK
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def digests(values: list[Any], key: DigestKey) -> list[Any]:
+    """Each input's digest (None for what is not a tensor: numbers are passed by value)."""
+    return [digest(v, key) if isinstance(v, torch.Tensor) else None for v in values]
+
+
+def handed(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Outputs as forward returned them, for a hand-over that comes before any later forward of the same worker (the
+    lean path): no copy, except of what is not contiguous (CUDA IPC describes contiguous tensors) or is a view into a
+    larger storage (a file would hold all of that storage)."""
+    found = []
+    for value in values:
+        value = value.detach()
+        tight = value.untyped_storage().nbytes() == value.numel() * value.element_size()
+        found.append(value if value.is_contiguous() and value.storage_offset() == 0 and tight else
+                     value.clone(memory_format=torch.contiguous_format))
+    return found

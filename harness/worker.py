@@ -11,15 +11,19 @@ import json
 import os
 import resource
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
-from dice_lsp.harness import timing  # binds the clocks before any candidate code is imported
+# Before torch loads OpenMP: idle intra-op threads sleep at once instead of spinning after a parallel region, which
+# the CPU clock (the whole process's, `timing.cpu_seconds`) would count into the next timed call
+os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+from dice_lsp.harness import timing  # noqa: E402,F401  (binds the clocks before any candidate code is imported)
 
 import torch
 
-from dice_lsp.harness import messages, sandbox, stages
-from dice_lsp.harness.build import Call, Extension
+from dice_lsp.harness import messages, sandbox, stages, timed
 from dice_lsp.harness.side import Side
 
 # The command table: which stage answers each command.
@@ -32,10 +36,11 @@ STAGES: dict[type[messages.Command], Callable[[Side, Any], messages.Reply]] = {
     messages.SaveOutputs: stages.save_outputs,
     messages.Compare: stages.compare,
     messages.Inspect: stages.inspect,
-    messages.Time: stages.time,
-    messages.HandTimed: stages.hand_timed,
-    messages.CompareTimed: stages.compare_timed,
+    messages.Time: timed.time,
+    messages.Snapshot: timed.snapshot,
+    messages.CompareTimed: timed.compare_timed,
 }
+stages.SEAL.take()  # every stage loaded, none of the candidate's code yet: what `Seal.broken` holds them to
 
 
 def apply_limits(limits: dict[str, Any]) -> None:
@@ -68,16 +73,14 @@ def undumpable() -> None:
         pass
 
 
-def asker(reply: Any) -> Callable[[Call, str], Extension]:
-    """How the Builder asks for a build: a `BuildRequest` on the reply pipe, answered on stdin by `BuildAnswer`."""
-    def ask(call: Call, mode: str) -> Extension:
-        reply.write(messages.encode_reply(messages.BuildRequest(call=call, mode=mode)) + "\n")
+def exchanger(reply: Any) -> Callable[[messages.Reply], messages.Command]:
+    """How a stage asks the caller while its command runs: an interim reply (`BuildRequest`, `Called`) on the reply
+    pipe, and the caller's answer read from stdin (`BuildAnswer`, `Next`)."""
+    def exchange(interim: messages.Reply) -> messages.Command:
+        reply.write(messages.encode_reply(interim) + "\n")
         reply.flush()
-        command = messages.decode_command(sys.stdin.readline())
-        if not isinstance(command, messages.BuildAnswer):
-            raise RuntimeError(f"the caller answered a build request with {command.tag}")
-        return command.extension
-    return ask
+        return messages.decode_command(sys.stdin.readline())
+    return exchange
 
 
 def warm_up_cuda(device: str) -> str:
@@ -103,17 +106,17 @@ def main() -> int:
     apply_limits(limits)
     if limits.get("role") == "reference":
         undumpable()
-    started = timing._perf_counter()
+    started = time.perf_counter()
     warm = warm_up_cuda(limits["warm_device"]) if limits.get("warm_device") else ""
-    warm_seconds = timing._perf_counter() - started
+    warm_seconds = time.perf_counter() - started
 
     side = Side()
-    side.ask = asker(reply)
+    side.exchange = exchanger(reply)
     for line in sys.stdin:
-        started, modules = timing._perf_counter(), len(sys.modules)
+        started, modules = time.perf_counter(), len(sys.modules)
         answer = answer_to(side, line)
         # Where a stage's time went, for benchmarks: this command alone, and how many modules it imported.
-        cost = messages.Cost(seconds=timing._perf_counter() - started, imported=len(sys.modules) - modules,
+        cost = messages.Cost(seconds=time.perf_counter() - started, imported=len(sys.modules) - modules,
                              warm_up_seconds=warm_seconds, warm_up_error=warm)
         reply.write(encode(dataclasses.replace(answer, cost=cost, refused=sandbox.refused()), side) + "\n")
         reply.flush()

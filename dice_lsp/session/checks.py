@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dice_lsp.checking import STAGE_WORDS
+from dice_lsp.harness import Parsed
 from dice_lsp.session.editor import ProgressReport, Started
 from dice_lsp.session.files import uri_name
 from dice_lsp.session.state import Analysis, Session, until_cancelled
@@ -92,7 +93,8 @@ def _start(session: Session, uri: str, serial: int, analysis: Analysis, settings
             loop.call_soon_threadsafe(progress.report, STAGE_WORDS.get(name, name))
 
     assert analysis.pairing is not None and analysis.pairing.text is not None  # refusal() said so
-    session.check_runner.start(uri, analysis.pairing.text, analysis.text, settings, finished, staged)
+    parsed = Parsed(analysis.reference, analysis.anatomy) if analysis.reference is not None else None
+    session.check_runner.start(uri, analysis.pairing.text, analysis.text, settings, finished, staged, parsed)
 
 
 def _finished(session: Session, uri: str, serial: int, text: str, report: Report | None, progress: ProgressReport,

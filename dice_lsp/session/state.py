@@ -55,6 +55,7 @@ class Analysis:
     version: int
     anatomy: Anatomy
     pairing: Pairing | None
+    reference: Anatomy | None = None  # the paired reference's anatomy: a check reads neither file again
 
 
 class Session:
@@ -102,9 +103,11 @@ class Session:
             pairing = await self.read(find_reference, anatomy, path)  # a link may name anything: /dev/stdin, a FIFO
         else:
             pairing = find_reference(anatomy, path)  # the file's own Model, or why there is none: reads nothing
-        if pairing.text is not None and anatomy.model is None:
-            anatomy = parse(text, pairing.text)
-        return Analysis(text, version, anatomy, pairing)
+        reference = None
+        if pairing.text is not None:  # the file's own Model, or the linked problem's
+            reference = anatomy if anatomy.model is not None else parse(pairing.text)
+            anatomy = anatomy if anatomy.model is not None else parse(text, reference)
+        return Analysis(text, version, anatomy, pairing, reference)
 
     async def refresh(self, uri: str) -> Analysis | None:
         """Analyse an open file again and publish its diagnostics; None when it is not open (or changed meanwhile:

@@ -288,9 +288,17 @@ def test_on_a_gpu_pytorch_under_a_run_time_name_beside_a_kernel_on_a_dummy_is_a_
 
 @pytest.mark.gpu
 def test_on_a_gpu_work_on_a_side_stream_under_a_run_time_name_is_caught(files, gpu):
+    """The kernel launched on PyTorch's current stream, made a side stream under a name built at run time. (The
+    fixture's own launch, `<<<grid, block>>>`, goes to the legacy default stream whatever PyTorch's current one is:
+    on the H100 on 2026-12-07 this test launched it so, its work stayed on the timed stream, and nothing was there
+    to catch.)"""
+    current = "add_kernel<<<(size + block - 1) / block, block, 0, at::cuda::getCurrentCUDAStream()>>>"
     solution = _cuda(files, "        stream = getattr(torch.cuda, 'Str' + 'eam')()\n"
                             "        with torch.cuda.stream(stream):\n"
                             "            out = self.add.add_cuda(a, b)\n"
                             "        return out")
+    solution = solution.replace("add_kernel<<<(size + block - 1) / block, block>>>", current).replace(
+        "#include <cuda_runtime.h>", "#include <cuda_runtime.h>\n#include <ATen/cuda/CUDAContext.h>", 1)
+    assert current in solution
     report = harness.check(files.text("add_reference.py"), solution, gpu)
     assert {"side-stream", "timer-mismatch", "timed-mismatch"} & set(flagged(report)), report.findings

@@ -191,25 +191,29 @@ BACKGROUND = """import signal as _signal
 import time as _time
 
 
-def _stream(signum, frame):  # 40 ms of work each time the timer fires, whatever the worker does
-    end = _time.thread_time() + 0.04
+def _stream(signum, frame):  # 50 ms of work each time the timer fires, whatever the worker does
+    end = _time.thread_time() + 0.05
     total = 0
     while _time.thread_time() < end:
         total += sum(range(1000))
 
 
 _signal.signal(_signal.SIGALRM, _stream)
-_signal.setitimer(_signal.ITIMER_REAL, 0.4, 0.4)
+_signal.setitimer(_signal.ITIMER_REAL, 0.25, 0.25)
 """
 
 
 def test_cpu_burned_between_commands_is_reported(files, options):
-    """A SIGALRM handler works while the worker waits for its next command, on a shared machine slowing whatever
-    else runs: eager's timing among it. Its CPU between commands is counted and reported, and the worker is
-    stopped while another side is timed."""
-    report = check(files, options, HONEST, BACKGROUND)
+    """A SIGALRM handler works while the worker waits for its next command (here while a slow reference is built and
+    makes its outputs), on a shared machine slowing whatever else runs: eager's timing among it. Its CPU while
+    it waits is counted and reported, and the worker is stopped while another side is timed. An honest worker
+    waits on its pipe."""
+    slow = files.text("add_reference.py").replace("super().__init__()", "super().__init__()\n        __import__('time').sleep(3)")
+    report = harness.check(slow, files.solution(HONEST[0], BACKGROUND), options)
     found = flagged(report).get("background-cpu", "")
-    assert "between its commands" in found, (report.summary(), report.findings)
+    assert "between its commands" in found and report.background_cpu_ms > 200, (report.summary(), report.findings)
+    honest = harness.check(slow, files.solution(HONEST[0]), options)
+    assert "background-cpu" not in flagged(honest) and honest.background_cpu_ms < 100, honest.background_cpu_ms
 
 
 SLEEPS = ["__import__('time').sleep(0.005)", "return self.ext.add_values(a, b)"]

@@ -55,7 +55,7 @@ def test_kernels_only_on_a_stream_of_their_own_count_as_a_side_stream():
 
     from torch.autograd import DeviceType
 
-    from dice_lsp.harness import inspect as runtime
+    from dice_lsp.harness import runtime
 
     def kernel(name, stream, kind=DeviceType.CUDA):
         return SimpleNamespace(name=name, device_resource_id=stream, device_type=kind)

@@ -151,7 +151,7 @@ def test_trials_run_a_few_at_a_time_give_the_verdict_of_all_at_once(files, optio
 
 def test_the_trials_are_split_by_what_the_reference_measured_against_the_gpu():
     from dice_lsp.harness.messages import ReferenceMade
-    from dice_lsp.harness.pipeline import trial_groups
+    from dice_lsp.harness.trials import trial_groups
 
     def made(trial_gb: float, gpu_gb: float) -> ReferenceMade:
         return ReferenceMade(device="GPU", tf32=False, cudnn_tf32=True, matmul_precision="highest", dtypes=(),

@@ -10,6 +10,7 @@ import pytest
 from dice_lsp.harness import Options, messages
 from dice_lsp.harness.build import Call, Extension, Segment
 from dice_lsp.harness.report import KernelShare
+from dice_lsp.harness.samples import TimedRound
 
 OPTIONS = Options(cuda_home="/opt/cuda-12.4", seed=7, baseline="eager", cache_dir="/tmp/cache")
 
@@ -27,10 +28,12 @@ COMMANDS = [
     messages.SaveOutputs(exchange="/tmp/exchange"),
     messages.Compare(exchange="/tmp/exchange"),
     messages.Inspect(kernels=("add_kernel", "scale_kernel")),
-    messages.Time(compiled=True, trials=25, warmup=1, warm_s=0.0025, round=3, check="abc", fresh=True, watch=True,
-                  keep=2, threads=1),
-    messages.HandTimed(exchange="/tmp/exchange", share=True),
-    messages.CompareTimed(exchange="/tmp/exchange", calls=(messages.TimedCall(1, 17, 0, 3, (0.25, 0.5)),)),
+    messages.Time(compiled=True, trials=25, warmup=1, warm_s=0.0025, round=3, check="abc", watch=True,
+                  staging="/tmp/staged.bin", threads=1),
+    messages.Next(first=2, second=0, seed=(1 << 62) + 5),
+    messages.Snapshot(slot=3, outputs=(messages.Output("float32", (4, 0)),), staging=({"handle": "ab", "size": 4},)),
+    messages.CompareTimed(exchange="/tmp/exchange", calls=(
+        messages.TimedCall(1, 17, 0, 3, 99, 4, (messages.Output("bfloat16", (2, 3)),)),)),
 ]
 REPLIES = [
     messages.Failed(error="RuntimeError: no", traceback="Traceback ...", extensions=(EXTENSION,),
@@ -54,12 +57,13 @@ REPLIES = [
     messages.Inspected(kernels=(KernelShare("add_kernel", 0.75, 12.5, 3), KernelShare("at::foo", 0.25, own=False)),
                        operators=(KernelShare("aten::add", 0.5, 3.0, 1, own=False),),
                        lines=(messages.LibraryLine(12, ("aten::add",), 3.0, 0.5),), own_share=0.5),
-    messages.Timed(timing=messages.TimedRound(0.01, 0.001, 0.009, 0.02, 3, 0.012, "host", 0.0, (0.01, 0.009, 0.02),
-                                              (0.011, 0.01, 0.021), 2, (5.0, 5.1, 5.2), 4.9, 5.3),
-                   tf32=False, cudnn_tf32=True, matmul_precision="highest",
-                   kept=(messages.TimedCall(0, 2, 1, 0, (0.375,)),), lazy="", threads=("thread 9 'x' (while timed)",),
-                   tampered=("timing._perf_counter",)),
-    messages.Handed(outputs="shared", calls=(messages.TimedCall(0, 2, 1, 0, (0.375,)),)),
+    messages.Timed(timing=TimedRound((0.01, 0.009, 0.02), (0.011, 0.01, 0.021), "host", 0.0, 2, (5.0, 5.1, 5.2),
+                                     4.9, 5.3),
+                   tf32=False, cudnn_tf32=True, matmul_precision="highest", lazy="",
+                   threads=("thread 9 'x' (while timed)",), tampered=("timing._perf_counter",)),
+    messages.Called(index=4, outputs=(messages.Output("float32", (512, 512)), messages.Output("bool", ())),
+                    staging=({"handle": "ab"},), lazy=""),
+    messages.Snapshotted(),
 ]
 
 

@@ -12,16 +12,17 @@ import torch
 
 from dice_lsp import harness
 from dice_lsp.harness import Options, WorkerPool, messages, process, samples, timing
+from dice_lsp.harness.samples import TimedRound
 
 
 def test_a_round_times_exactly_the_forwards_agreed_and_reports_its_readings():
     calls = []
     result = timing.measure(lambda: (calls.append(1), time.sleep(0.002)), torch.device("cpu"), trials=7, warmup=1)
-    assert result["trials"] == 7 and len(calls) == 8 and result["clock"] == "host"  # one warm-up, seven timed
-    assert 2.0 <= result["median_ms"]
-    starts = result["starts"]
-    assert len(starts) == 7 and result["loop_start"] <= starts[0] and starts == sorted(starts)
-    assert starts[-1] + result["samples"][-1] / 1e3 <= result["loop_end"]
+    assert len(result.samples) == 7 and len(calls) == 8 and result.clock == "host"  # one warm-up, seven timed
+    assert 2.0 <= result.median_ms
+    starts = result.starts
+    assert len(starts) == 7 and result.loop_start <= starts[0] and starts == tuple(sorted(starts))
+    assert starts[-1] + result.samples[-1] / 1e3 <= result.loop_end
 
 
 def test_a_short_forward_gets_more_trials_in_later_rounds_up_to_ten_times_its_share():
@@ -73,7 +74,7 @@ def test_a_slow_gpu_forward_is_not_queued_past_the_warm_up_time():
     calls.clear()
     result = timing.measure(lambda: (calls.append(1), torch.cuda._sleep(cycles)), device, trials=3, warmup=2,
                             warm_s=0.01)
-    assert result["trials"] == 3 and 4.0 < result["median_ms"] < 7.0  # GPU time (events), which no host job stretches
+    assert len(result.samples) == 3 and 4.0 < result.median_ms < 7.0  # GPU time (events), which no host job stretches
     assert len(calls) - 3 <= 4  # the warm-ups counted, not the host's time: a few, not hundreds
     calls.clear()  # ten warm-ups asked for: no more than ~10 ms of them are queued (and two at least)
     timing.measure(lambda: (calls.append(1), torch.cuda._sleep(cycles)), device, trials=3, warmup=10, warm_s=0.01)
@@ -108,7 +109,7 @@ def test_several_forwards_are_taken_in_turn_and_their_last_outputs_held_back():
         return run
 
     result = timing.measure([forward(0), forward(1), forward(2)], torch.device("cpu"), trials=6, warmup=1)
-    assert result["placements"] == 3 and result["trials"] == 6
+    assert result.placements == 3 and len(result.samples) == 6
     assert calls == [0, 1, 2, 0, 1, 2, 0]  # one warm-up, then the trials, round robin
     assert max(seen) == 2 and seen[-1] == 2
     assert not any(ref() is not None for ref in alive)
@@ -125,44 +126,56 @@ def test_several_forwards_are_taken_in_turn_and_their_last_outputs_held_back():
     assert calls == [0, 1, 2, 0]  # one agreed, one run
 
 
+def _host(values: list[float]) -> TimedRound:
+    return TimedRound(samples=tuple(values), host_samples=tuple(values), clock="host")
+
+
 def test_rounds_pool_into_one_median_over_every_sample():
-    first = {"samples": [1.0, 1.01, 0.99], "host_samples": [1.0, 1.01, 0.99], "clock": "host", "overhead_ms": 0.0}
-    late = first["samples"][0] * 1.2  # a later round a little slower: drift, pooled (far slower ones are not)
-    second = {**first, "samples": [late] * 3, "host_samples": [late] * 3}
-    pooled = samples.pool([first, second])
-    assert pooled["trials"] == 6 and pooled["rounds"] == 2 and pooled["max_ms"] == late
-    assert 1.0 < pooled["median_ms"] < late  # the middle of both rounds, not of either
+    first = _host([1.0, 1.01, 0.99])
+    late = first.samples[0] * 1.2  # a later round a little slower: drift, pooled (far slower ones are not)
+    pooled = samples.pool([first, _host([late] * 3)])
+    assert pooled.trials == 6 and pooled.rounds == 2 and pooled.max_ms == late
+    assert 1.0 < pooled.median_ms < late  # the middle of both rounds, not of either
 
 
 def test_each_round_weighs_the_same_whatever_its_sample_count():
     """A round with ten times the samples (a short forward in a quiet moment) does not decide the median alone."""
-    quick = {"samples": [1.0] * 1000, "host_samples": [1.0] * 1000, "clock": "host", "overhead_ms": 0.0}
-    slow = [{"samples": [v] * 10, "host_samples": [v] * 10, "clock": "host", "overhead_ms": 0.0} for v in (1.1, 1.2)]
+    quick = _host([1.0] * 1000)
+    slow = [_host([v] * 10) for v in (1.1, 1.2)]
     pooled = samples.pool([quick, *slow])
-    assert pooled["median_ms"] == 1.1 and pooled["trials"] == 1020  # by sample count it would be 1.0
-    assert not pooled["disagree"]
-    apart = samples.pool([quick, {**slow[0], "samples": [1.6] * 10, "host_samples": [1.6] * 10}])
-    assert apart["disagree"] and apart["rounds_left_out"] == 0  # kept (a fast round is never left out), but warned
+    assert pooled.median_ms == 1.1 and pooled.trials == 1020  # by sample count it would be 1.0
+    assert not pooled.unsteady
+    apart = samples.pool([quick, _host([1.6] * 10)])
+    assert apart.unsteady and apart.rounds_left_out == 0  # kept (a fast round is never left out), but warned
 
 
-def _round(values: list[float]) -> dict:
-    return {"samples": values, "host_samples": [v + 0.01 for v in values], "clock": "cuda-events",
-            "overhead_ms": 0.01}
+def _round(values: list[float]) -> TimedRound:
+    return TimedRound(samples=tuple(values), host_samples=tuple(v + 0.01 for v in values), clock="cuda-events",
+                      overhead_ms=0.01)
 
 
 def test_a_far_slower_round_is_left_out_while_the_rest_hold_the_minimum_trials():
     steady = [_round([0.0048, 0.0049, 0.0048, 0.0050] * 50) for _ in range(3)]
     slow = _round([0.0180, 0.0170, 0.0190, 0.0049] * 50)
     pooled = samples.pool([slow, *steady], minimum=100)
-    assert pooled["rounds_left_out"] == 1 and pooled["trials"] == 600 and pooled["median_ms"] < 0.0050
-    assert len(pooled["round_medians_ms"]) == 4 and pooled["round_medians_ms"][0] > 0.017  # still reported
-    assert pooled["slow_fraction"] > 0.15  # over every sample: the slow round shows there
+    assert pooled.rounds_left_out == 1 and pooled.trials == 600 and pooled.median_ms < 0.0050
+    assert len(pooled.round_medians_ms) == 4 and pooled.round_medians_ms[0] > 0.017  # still reported
+    assert pooled.slow_fraction > 0.15  # over every sample: the slow round shows there
     kept_all = samples.pool([slow, *steady], minimum=800)  # leaving it out would go under the minimum
-    assert kept_all["rounds_left_out"] == 0 and kept_all["trials"] == 800
+    assert kept_all.rounds_left_out == 0 and kept_all.trials == 800
     drift = samples.pool([_round([0.0055] * 50), *steady], minimum=100)  # 12 % slower: drift, not an outlier
-    assert drift["rounds_left_out"] == 0
+    assert drift.rounds_left_out == 0
     fast = samples.pool([_round([0.001] * 50), *steady], minimum=100)  # a fast round is never left out
-    assert fast["rounds_left_out"] == 0
+    assert fast.rounds_left_out == 0
+
+
+def test_a_wall_time_far_above_the_cpu_time_is_told_apart_from_a_busy_machine():
+    def cpu(wall_ms: float) -> samples.Pooled:
+        return samples.pool([TimedRound(samples=(2.0,) * 10, host_samples=(wall_ms,) * 10, clock="cpu-time")])
+
+    assert not samples.wall_exceeds_cpu(cpu(4.4))  # another job on the cores: 2.2 times as long
+    assert samples.wall_exceeds_cpu(cpu(8.5))  # waited for something its CPU clock does not see
+    assert not samples.wall_exceeds_cpu(samples.pool([_round([0.005] * 10)]))  # events: not a CPU clock
 
 
 def test_two_checks_worth_of_spares_where_the_cores_allow(monkeypatch):

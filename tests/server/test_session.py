@@ -127,14 +127,15 @@ class ScriptedChecks:
 
     def __init__(self, report: Report | None) -> None:
         self.report = report
-        self.started, self.prepared, self.cancelled = [], [], []
+        self.started, self.prepared, self.cancelled, self.parsed = [], [], [], []
         self.running = {}
 
     def prepare(self, settings) -> None:
         self.prepared.append(settings)
 
-    def start(self, uri, reference, solution, settings, done, on_stage) -> None:
+    def start(self, uri, reference, solution, settings, done, on_stage, parsed=None) -> None:
         self.started.append((uri, reference, solution))
+        self.parsed.append(parsed)
         on_stage("build")
         if self.report is None:
             self.running[uri] = done
@@ -254,6 +255,9 @@ async def test_a_save_checks_the_file_its_progress_ends_with_the_result_and_the_
     await until(lambda: editor.view_refreshes)  # the finished check comes back on the loop
     [(checked, reference, solution)] = checks.started
     assert checked == uri and reference == PROBLEM and solution == text
+    [parsed] = checks.parsed  # the check reads neither file again
+    assert parsed.reference.text == PROBLEM and parsed.reference.is_reference
+    assert parsed.solution.text == text and parsed.solution.is_solution
     snapshot = session.snapshot(uri)
     assert snapshot.current_report is report and editor.published[-1].current_report is report
     assert [s.state for s in editor.statuses[-2:]] == ["checking", "idle"] and editor.statuses[-1].speedup == 1.5

@@ -1,5 +1,5 @@
-"""Inspect stage: what the solution's forward actually did at run time (kernels launched, who did the work, threads
-and processes it started, TF32 switches).
+"""What the solution's forward actually did at run time, for the inspect stage (kernels launched, who did the work,
+threads and processes it started, TF32 switches).
 
 Profiler kernel names are mangled or demangled C++ names; a kernel of the solution is found by its function name.
 """
