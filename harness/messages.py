@@ -411,6 +411,37 @@ REPLIES: dict[str, type[Reply]] = {r.tag: r for r in (Failed, Built, Prepared, B
                                                        Snapshotted)}
 
 
+# -- before the first command -----------------------------------------------------------------------------------------
+
+LIMITS_VARIABLE = "DICE_HARNESS_LIMITS"  # the environment variable a worker reads its `Limits` from, at its start
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a worker is held to and does before its first command: hard resource limits (0: none), its role, and the
+    device whose CUDA context it creates while it waits (""; none)."""
+
+    file_size_mb: int = 0
+    cpu_time_s: int = 0
+    memory_gb: float = 0.0  # address space, where no CUDA context needs terabytes of it
+    processes: int = 0  # RLIMIT_NPROC: the user's processes now plus the worker's share, where no pids cgroup holds
+    cuda: bool = False
+    role: str = "solution"
+    warm_device: str = ""
+
+
+def encode_limits(limits: Limits) -> str:
+    return json.dumps(_plain(limits))
+
+
+def decode_limits(text: str) -> Limits:
+    try:
+        raw = json.loads(text)
+    except ValueError as error:
+        raise MessageError(f"the worker's limits are not JSON ({_short(str(error), 120)})") from None
+    return _object(Limits, raw, "limits")
+
+
 # -- the wire ------------------------------------------------------------------------------------------------------
 def encode_command(command: Command) -> str:
     return json.dumps({"op": command.tag, **_plain(command)})

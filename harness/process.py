@@ -9,10 +9,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
-import functools
-import glob
-import importlib.util
-import json
+import dataclasses
 import os
 import select
 import shutil
@@ -25,114 +22,16 @@ import time
 import weakref
 from pathlib import Path
 
-import dice_lsp
 from dice_lsp.harness import messages, samples, sandbox
 from dice_lsp.harness.lending import lent
+from dice_lsp.harness.limits import (environment, memory_bytes, memory_limit_gb, sandbox_status, user_processes,
+                                     uses_gpu, why_root, worker_user)
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.options import Options
 
-# The folder that holds the `dice_lsp` package in use, so `python -m dice_lsp.harness.worker` imports this copy.
-_ROOT = str(Path(dice_lsp.__file__).resolve().parent.parent)
 # The longest reply line read from a worker: the longest real ones carry a build's compiler output (a few MiB);
 # past this the worker is writing junk (the candidate can reach the reply pipe) and is ended before it fills memory.
 MAX_REPLY_BYTES = 32 << 20
-
-
-def _environment(options: Options, extra: dict[str, str], warm: bool, role: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    # The toolkit the options name, else the caller's CUDA_HOME, else the usual place: torch's build in the worker
-    # takes nvcc from CUDA_HOME/bin first
-    if options.cuda_home:
-        env["CUDA_HOME"] = options.cuda_home
-    elif not env.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
-        env["CUDA_HOME"] = "/usr/local/cuda"
-    gpu = uses_gpu(options) and role != "builder"
-    limits = {"file_size_mb": options.file_size_limit_mb, "cpu_time_s": options.cpu_time_limit_s,
-              "memory_gb": memory_limit_gb(options), "cuda": gpu, "role": role,
-              "warm_device": options.device if warm and gpu else ""}
-    env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # only the reference's worker keeps compiled code
-        env.pop(name, None)
-    if role == "reference":
-        env["TORCHINDUCTOR_CACHE_DIR"] = options.compiled_dir
-        env["TRITON_CACHE_DIR"] = os.path.join(options.compiled_dir, "triton")
-    if "PYTHONPYCACHEPREFIX" not in env and not _torch_writable():
-        # torch installed read-only (a system or container install without bytecode): every worker would compile
-        # the ~900 modules it imports from source again, seconds each time; keep their bytecode in our cache.
-        env["PYTHONPYCACHEPREFIX"] = str(Path(options.extensions_dir).parent / "pycache")
-    env.update(extra)
-    return env
-
-
-def uses_gpu(options: Options) -> bool:
-    """Whether a worker for `options` may use a GPU: not with device "cpu", nor where no NVIDIA device node exists
-    (then "auto" means the CPU, and the worker's address space can be limited)."""
-    return options.device != "cpu" and bool(glob.glob("/dev/nvidia[0-9]*"))
-
-
-def memory_limit_gb(options: Options) -> float:
-    """The option's memory limit, never above the machine's physical memory (a limit past it holds nothing)."""
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
-    return min(options.memory_limit_gb, physical)
-
-
-def memory_bytes(options: Options, role: str) -> int:
-    """The memory cgroup limit of every worker, on the CPU as with CUDA: one cap for the worker and everything it
-    starts (RLIMIT_AS, which also holds on the CPU, is per process; with CUDA it cannot be used at all)."""
-    return int(memory_limit_gb(options) * (1 << 30))
-
-
-def _user_processes(uid: int) -> int:
-    """The processes and threads of user `uid` now (what RLIMIT_NPROC counts)."""
-    count = 0
-    for entry in os.scandir("/proc"):
-        try:
-            if entry.name.isdigit() and entry.stat().st_uid == uid:
-                count += len(os.listdir(f"/proc/{entry.name}/task"))
-        except OSError:
-            pass
-    return count
-
-
-def worker_user(options: Options, found: sandbox.Status, gpu: bool) -> int:
-    """The unprivileged uid a sandboxed worker runs as; 0 where it runs as the caller."""
-    if not (found.available and found.user and options.unprivileged):
-        return 0
-    return found.user if not gpu or options.unprivileged_gpu and sandbox.gpu_nodes_open_to_all() else 0
-
-
-def _why_root(options: Options, found: sandbox.Status, gpu: bool) -> str:
-    """Why a root caller's sandboxed worker stays root (`sandbox` says what that leaves open)."""
-    if not options.unprivileged:
-        return "unprivileged = False"
-    if found.root_note:
-        return found.root_note
-    if gpu and not options.unprivileged_gpu:
-        return "unprivileged_gpu = False: not yet run on a GPU machine"
-    return "only root may open the GPU's device nodes here"
-
-
-def sandbox_status(options: Options) -> sandbox.Status:
-    """Whether this check's workers run sandboxed; raises when the options require a sandbox that cannot start."""
-    if options.sandbox == "off":
-        return sandbox.Status(False, "", "the sandbox is turned off (sandbox = \"off\")")
-    found = sandbox.status()
-    if not found.available and options.sandbox == "require":
-        raise HarnessError(f"the sandbox is required but cannot start here: {found.reason}", "sandbox")
-    return found
-
-
-@functools.lru_cache(maxsize=1)
-def _torch_writable() -> bool:
-    """Can Python write bytecode beside torch's sources? (Found without importing torch in the caller.)"""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.origin:
-        return True
-    directory = Path(spec.origin).parent
-    cache = directory / "__pycache__"
-    return os.access(cache if cache.is_dir() else directory, os.W_OK)
 
 
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dice-worker-spawner")
@@ -169,7 +68,7 @@ class Worker:
         self.sandboxed, self.sandbox_reason = found.available, found.reason
         self.root_reason = ""  # why a root caller's sandboxed worker stayed root, where it did
         self.directory = tempfile.mkdtemp(prefix="dice-harness-")
-        env = _environment(options, extra_env or {}, warm, role)
+        env = environment(options, extra_env or {}, warm, role)
         read, write = os.pipe()
         self.log_path = Path(self.directory) / "worker.log"
         argv = [sys.executable, "-m", "dice_lsp.harness.worker", str(write)]
@@ -192,9 +91,10 @@ class Worker:
                 (os.getuid() != 0 or self.user):
             # RLIMIT_NPROC counts every process of the user: room for this many more than run now (root's count is
             # not enforced, so a root caller's workers get one where they run as an unprivileged user)
-            limits = json.loads(env["DICE_HARNESS_LIMITS"])
-            limits["processes"] = _user_processes(self.user or os.getuid()) + options.process_limit
-            env["DICE_HARNESS_LIMITS"] = json.dumps(limits)
+            limits = messages.decode_limits(env[messages.LIMITS_VARIABLE])
+            limits = dataclasses.replace(limits, processes=user_processes(self.user or os.getuid())
+                                         + options.process_limit)
+            env[messages.LIMITS_VARIABLE] = messages.encode_limits(limits)
         # The folders it writes besides its own (the reference's compile caches), lent to its user while it lives
         # (`lent`; given back at `_reap`)
         self._lent = contextlib.ExitStack()
@@ -271,7 +171,7 @@ class Worker:
         # compiler echoes the lines it cannot parse, and a source may include any file root may read
         user = worker_user(options, found, gpu)
         if os.geteuid() == 0 and not user:
-            self.root_reason = _why_root(options, found, gpu)
+            self.root_reason = why_root(options, found, gpu)
         return sandbox.Room(scratch_mb=options.scratch_limit_mb, readable=tuple(readable), writable=writable,
                             gpu=gpu, pid1=not (gpu and self.role == "reference"), user=user, hidden=hidden)
 

@@ -29,7 +29,8 @@ from dice_lsp.harness.messages import (Build, Built, Compare, Compared, Failed, 
                                        Ran, ReferenceMade, RunSolution, SaveOutputs)
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.pool import KeptReference, WorkerPool, reference_key
-from dice_lsp.harness.process import Worker, sandbox_status
+from dice_lsp.harness.limits import sandbox_status
+from dice_lsp.harness.process import Worker
 from dice_lsp.harness.record import Record
 from dice_lsp.harness.report import Report, Stage, Trial
 from dice_lsp.harness.rounds import TimeStage, faked

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
 import os
 import resource
 import sys
@@ -43,7 +42,7 @@ STAGES: dict[type[messages.Command], Callable[[Side, Any], messages.Reply]] = {
 stages.SEAL.take()  # every stage loaded, none of the candidate's code yet: what `Seal.broken` holds them to
 
 
-def apply_limits(limits: dict[str, Any]) -> None:
+def apply_limits(limits: messages.Limits) -> None:
     """Resource limits for this process and everything it starts, hard ones (soft = hard), so code of the
     candidate's cannot raise them again: file size, CPU time, processes where the caller asks (it counts the
     user's processes; a pids cgroup does the job where one can be made), no core files, and the address space
@@ -53,14 +52,14 @@ def apply_limits(limits: dict[str, Any]) -> None:
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(kind, (value, value))
 
-    if limits.get("file_size_mb"):
-        cap(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) << 20)
-    if limits.get("cpu_time_s"):
-        cap(resource.RLIMIT_CPU, int(limits["cpu_time_s"]))
-    if limits.get("processes"):
-        cap(resource.RLIMIT_NPROC, int(limits["processes"]))
-    if limits.get("memory_gb") and not limits.get("cuda"):
-        cap(resource.RLIMIT_AS, int(float(limits["memory_gb"]) * (1 << 30)))
+    if limits.file_size_mb:
+        cap(resource.RLIMIT_FSIZE, limits.file_size_mb << 20)
+    if limits.cpu_time_s:
+        cap(resource.RLIMIT_CPU, limits.cpu_time_s)
+    if limits.processes:
+        cap(resource.RLIMIT_NPROC, limits.processes)
+    if limits.memory_gb and not limits.cuda:
+        cap(resource.RLIMIT_AS, int(limits.memory_gb * (1 << 30)))
     cap(resource.RLIMIT_CORE, 0)
 
 
@@ -102,12 +101,12 @@ def warm_up_cuda(device: str) -> str:
 def main() -> int:
     reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     sandbox.become_from_environment()  # before any command: a root caller's candidates never run as root
-    limits = json.loads(os.environ.get("DICE_HARNESS_LIMITS", "{}"))
+    limits = messages.decode_limits(os.environ.get(messages.LIMITS_VARIABLE, "{}"))
     apply_limits(limits)
-    if limits.get("role") == "reference":
+    if limits.role == "reference":
         undumpable()
     started = time.perf_counter()
-    warm = warm_up_cuda(limits["warm_device"]) if limits.get("warm_device") else ""
+    warm = warm_up_cuda(limits.warm_device) if limits.warm_device else ""
     warm_seconds = time.perf_counter() - started
 
     side = Side()
