@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import fixtures  # noqa: E402
 from dice_lsp import harness  # noqa: E402
-from dice_lsp.harness import handover, messages, process  # noqa: E402
+from dice_lsp.harness import handover, messages  # noqa: E402
 
 
 def main() -> None:
@@ -49,9 +49,11 @@ def main() -> None:
         (solution, messages.RunSolution(reference=solution.file("inputs.py", handover.input_recipe(reference_text)),
                                         outputs=solution.inner_scratch, share=True)),
         (reference, messages.Compare(exchange=exchange)),
-        (reference, messages.Time()),
-        (solution, messages.Time()),
-        *([(reference, messages.Time(compiled=True)), (reference, messages.Time(compiled=True, round=1))]
+        (reference, messages.Time(trials=options.timing_trials, warmup=options.warmup_trials)),
+        (solution, messages.Time(trials=options.timing_trials, warmup=options.warmup_trials)),
+        *([(reference, messages.Time(trials=options.timing_trials, warmup=options.warmup_trials, compiled=True)),
+           (reference, messages.Time(trials=options.timing_trials, warmup=options.warmup_trials, compiled=True,
+                                     round=1))]
           if args.slow else []),  # the first compiles
         (solution, messages.Inspect(kernels=("add_kernel",))),
     ]

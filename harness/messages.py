@@ -383,8 +383,8 @@ class Inspect(Command):
 
 @dataclass(frozen=True)
 class Time(Command):
-    """One timing round of forward; None: the options' value. `trials` is exactly how many calls are timed (the
-    caller holds the reply to it); `watch`: the round is watched (`timing.Watch`): each call's inputs are the
+    """One timing round of forward. `trials` is exactly how many calls are timed (the caller holds the reply to
+    it); `watch`: the round is watched (`timing.Watch`): each call's inputs are the
     caller's draw and its outputs are staged at `staging` (a path inside the worker's own scratch) for the caller,
     which answers each `Called` with the next draw; `threads`: the CPU's intra-op threads for both sides (0: as
     they are)."""
@@ -392,9 +392,9 @@ class Time(Command):
     tag: ClassVar[str] = "time"
     answer: ClassVar[type[Reply]] = Timed
     interims: ClassVar[tuple[type[Reply], ...]] = (Called,)
+    trials: int  # exactly this many timed calls: the caller decides (`samples.round_trials`), the worker obeys
+    warmup: int
     compiled: bool = False  # the reference under torch.compile
-    trials: int | None = None
-    warmup: int | None = None
     warm_s: float = 0.0
     round: int = 0
     check: str | None = None  # the check this round belongs to: its inputs are copied once a check

@@ -382,10 +382,6 @@ def inspect(side: Side, command: Inspect) -> Inspected:
                      plain_ms=found["plain_ms"], profiled_wrong=wrong)
 
 
-def given(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
 def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 

@@ -16,7 +16,7 @@ from dice_lsp.harness import timing, verify
 from dice_lsp.harness.messages import (Called, Compared, CompareTimed, Next, Output, Snapshot, Snapshotted, Time,
                                        TimedCall, Timed, TrialResult)
 from dice_lsp.harness.side import Side
-from dice_lsp.harness.stages import SEAL, described, given, keep_base, trial_inputs
+from dice_lsp.harness.stages import SEAL, described, keep_base, trial_inputs
 
 
 def time(side: Side, command: Time) -> Timed:
@@ -45,8 +45,7 @@ def time(side: Side, command: Time) -> Timed:
             side.staging = timing.Staging(command.staging, side.device)
         watch = timing.Watch(_bases(side), side.timed_inputs, side.staging, _asker(side))
     tampered = SEAL.broken() if watch is not None else []
-    result = timing.measure(forwards, side.device, given(command.trials, options.timing_trials),
-                            given(command.warmup, options.warmup_trials), command.warm_s,
+    result = timing.measure(forwards, side.device, command.trials, command.warmup, command.warm_s,
                             watch.before if watch else None, watch.after if watch else None,
                             cpu_time=side.device.type == "cpu" and command.threads == 1,
                             ready=watch.start if watch else None)
