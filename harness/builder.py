@@ -137,8 +137,10 @@ def _light_candidate(call: Call, mode: str, options: Options) -> bool:
 
 def _shared_header(call: Call, mode: str, options: Options, root_fd: int, timeout: float,
                    cancel: threading.Event | None, extra_env: dict[str, str] | None) -> str:
-    """The shared header folder a build of plain flags may read ("" for any other build, or where it cannot be
-    had); its header is made first (`prepare_header`) when it holds none yet."""
+    """The shared header folder a build of plain flags may read ("" for any other build, or where it has no header
+    yet). The first build that finds none starts `prepare_header` beside itself and makes a header of its own
+    meanwhile (the overlap of nvcc and the header's g++ a build had when it made the shared one itself); builds that
+    come while that runs wait for it, so a batch's first builds do not each make one."""
     if not _light_candidate(call, mode, options):
         return ""
     folder = Path(options.extensions_dir) / HEADERS
@@ -147,22 +149,47 @@ def _shared_header(call: Call, mode: str, options: Options, root_fd: int, timeou
     except HarnessError:
         return ""  # a link or another user's folder where it should be: the build makes a header of its own
     try:
-        if not _holds_a_header(headers):
-            if str(folder) in _unprepared:
-                return ""
-            try:
-                _prepare_locked(options, timeout, cancel, extra_env, headers, folder, only_if_missing=True)
-            except HarnessError as error:
-                if error.kind == "cancelled":
-                    raise
-                _unprepared.add(str(folder))  # not again in this process: each try is a worker and a probe
-                return ""  # the build makes its own, and says why that failed if it does
+        if _holds_a_header(headers):
+            return str(folder)
+        if str(folder) in _unprepared:
+            return ""
+        with _preparing_lock:
+            running = _preparing.get(str(folder))
+            if running is None:
+                _preparing[str(folder)] = threading.Thread(target=_prepare_beside, args=(options, extra_env),
+                                                           name="dice-prepare", daemon=True)
+                _preparing[str(folder)].start()
+        if running is None:
+            return ""
+        running.join(timeout)
+        return str(folder) if _holds_a_header(headers) else ""
     finally:
         os.close(headers)
-    return str(folder)
 
 
 _unprepared: set[str] = set()  # header folders whose header could not be made in this process
+_preparing: dict[str, threading.Thread] = {}  # header folders a prepare runs for now
+_preparing_lock = threading.Lock()
+
+
+def _prepare_beside(options: Options, extra_env: dict[str, str] | None) -> None:
+    folder = str(Path(options.extensions_dir) / HEADERS)
+    try:
+        root_fd = cache.open_root(options.extensions_dir)
+        try:
+            headers = cache.open_folder(root_fd, HEADERS, folder)
+            try:
+                _prepare_locked(options, options.build_timeout, None, extra_env, headers, Path(folder),
+                                only_if_missing=True)
+            finally:
+                os.close(headers)
+        finally:
+            os.close(root_fd)
+    except (HarnessError, OSError):
+        _unprepared.add(folder)  # not again in this process: each try is a worker and a probe
+    finally:
+        with _preparing_lock:
+            _preparing.pop(folder, None)
 
 
 def _holds_a_header(headers: int) -> bool:

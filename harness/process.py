@@ -172,7 +172,11 @@ class Worker:
         user = worker_user(options, found, gpu)
         if os.geteuid() == 0 and not user:
             self.root_reason = why_root(options, found, gpu)
-        return sandbox.Room(scratch_mb=options.scratch_limit_mb, readable=tuple(readable), writable=writable,
+        # A builder builds in its scratch: a header precompiled for flags of the candidate's alone is ~0.8 GB
+        scratch = options.scratch_limit_mb
+        if self.role == "builder":
+            scratch = max(scratch, BUILDER_SCRATCH_MB)
+        return sandbox.Room(scratch_mb=scratch, readable=tuple(readable), writable=writable,
                             gpu=gpu, pid1=not (gpu and self.role == "reference"), user=user, hidden=hidden)
 
     @property
@@ -433,6 +437,7 @@ class Worker:
 
 
 BUILDER_NICENESS = 10
+BUILDER_SCRATCH_MB = 3072  # a builder's tmpfs holds its whole build (RAM, and only what it writes)
 
 
 def _stat(pid: int) -> list[str]:

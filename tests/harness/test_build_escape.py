@@ -180,7 +180,8 @@ import torch
 fields = json.loads({json.dumps(json.dumps(call_fields))})
 fields.setdefault("torch", torch.__version__)
 fields.setdefault("python", "%d.%d" % sys.version_info[:2])
-os.write(int(sys.argv[1]), (json.dumps({{"reply": "build-request", "call": fields, "mode": {mode!r}}}) + "\\n").encode())
+request = json.dumps({{"reply": "build-request", "call": fields, "mode": {mode!r}}})
+os.write(int(sys.argv[1]), (request + "\\n").encode())
 answer = sys.stdin.readline()
 raise RuntimeError("ESCAPED: the caller answered " + answer[:300])
 '''
