@@ -1,10 +1,11 @@
 """End to end in a real VS Code: code-server with the packaged extension (.vsix), driven in headless Chromium.
 
 Each test asserts what a user sees in the workbench: the Problems panel, hovers, code lenses, the code action menu,
-notifications, new files and edits, the Output panel. The server is the real `python -m dice_lsp`, started by the
-extension through the interpreter the user settings name (a wrapper that records each start, then runs this
-checkout's Python); generation uses the tiny random model, so its code is never usable, which is what the editor
-must then say. Screenshots and logs of a failure go to the artefact folder (tests/e2e/conftest.py).
+notifications, dialogs, diff editors, new files and edits, the Output panel. The server is the real
+`python -m dice_lsp`, started by the extension through the interpreter the user settings name (a wrapper that records
+each start, then runs this checkout's Python). Generate uses the tiny random model, so its code is never usable,
+which is what the editor must then say; Infill uses the bundled model, which writes a kernel (its test: about 50 s).
+Screenshots and logs of a failure go to the artefact folder (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dice_lsp.anatomy import infill_split, parse
 from workbench import (
     REPOSITORY,
     WAIT_S,
@@ -190,6 +192,61 @@ def test_generate_writes_a_new_file_and_says_when_its_code_is_unusable_with_a_re
     bench.click_notification_button(warning, "Retry")
     until(lambda: (folder / "row_soft_threshold_dice2.py").exists(), "Retry to write a second file")
     until(lambda: "row_soft_threshold_dice2.py" in bench.tabs(), "the second file to open")
+
+
+@pytest.fixture
+def infill_folder(tmp_path) -> Path:
+    """A ModelNew skeleton whose kernel source is a TODO, linked to its problem, in a folder whose settings choose the
+    bundled model (trained: it writes a kernel where the tiny random one writes none) with the default token budget
+    (it needs about 540), and build nothing on save."""
+    from dice_lsp.train.tasks import render
+
+    task = next(t for t in (render("activation", "one_per_thread", s) for s in range(200)) if t.split == "heldout")
+    core = parse(task.solution).splits[0]
+    todo = f'{core.source.variable} = """\n// TODO: write the kernel and its launcher\n"""'
+    folder = tmp_path / "infill"
+    (folder / ".vscode").mkdir(parents=True)
+    (folder / ".vscode" / "settings.json").write_text(
+        '{"dice.model": "", "dice.decoding.maxNewTokens": 4096, "dice.runOnSave": false}')
+    (folder / "problem.py").write_text(task.reference)
+    (folder / "solution.py").write_text("# dice: reference = problem.py\n" + task.solution[:core.core.start] + todo +
+                                        task.solution[core.core.end:])
+    return folder
+
+
+def test_infill_shows_the_new_core_asks_and_changes_only_the_core(trusted, infill_folder, browser):
+    _, _, server = trusted
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    bench = Workbench(page)
+    try:
+        bench.open_folder(server.url(infill_folder), infill_folder.name)
+        path = infill_folder / "solution.py"
+        before = path.read_text()
+        todo = infill_split(parse(before))
+        assert todo is not None
+        bench.open_file("solution.py")
+        until(lambda: "Infill kernel core" in bench.code_actions(1), "the Infill code action")
+        bench.choose_code_action("Infill kernel core")
+        # The model's core is shown beside the file and VS Code asks before it changes the file
+        question = until(bench.dialog, "the question whether to apply the infilled core", poll=1)
+        assert "Infilling kernel core: apply the model's change to solution.py?" in question, question
+        assert "solution.py ↔ the model's change" in " ".join(page.locator(".tabs-container .tab").all_inner_texts())
+        assert page.locator(".monaco-diff-editor").first.is_visible()
+        bench.click_dialog_button("Apply")
+        until(lambda: not bench.dialog() and "solution.py ↔ the model's change" not in " ".join(
+            page.locator(".tabs-container .tab").all_inner_texts()), "the question and the diff to close")
+        bench.save("solution.py")
+        after = until(lambda: (text := path.read_text()) != before and text, "the infilled file to be saved")
+        # Only the core changed: the text before and after the TODO source is as it was, byte for byte
+        prefix, suffix = before[:todo.core.start], before[todo.core.end:]
+        assert after.startswith(prefix) and after.endswith(suffix)
+        core = after[len(prefix):len(after) - len(suffix)]
+        assert core.startswith(f'{todo.source.variable} = """') and "__global__" in core and "TODO" not in core
+    except BaseException:
+        save_failure(artifacts_folder(), "test_infill", bench, server)
+        raise
+    finally:
+        page.close()
 
 
 def test_benchmark_reports_a_cpu_check_of_a_cpp_kernel(editor):
