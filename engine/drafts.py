@@ -4,7 +4,11 @@ infill) as a `Draft`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Callable
+
+import torch
 
 from dice_lsp.engine import prompts, templates
 from dice_lsp.engine.checkpoint import Loaded
@@ -41,8 +45,9 @@ def generate_kernel(
     # Encoded apart from the prompt, as training encodes the answer apart from it: the same tokens as in training.
     prompt_ids = loaded.tokenizer.encode(prompts.render(messages, loaded.chat_template))
     prompt_ids += loaded.tokenizer.encode(given) if given else []
-    generations = generate(loaded.model, [prompt_ids] * samples, settings, on_block, cancel,
-                           tokenizer=loaded.tokenizer, runner=runner_for(loaded), **overrides)
+    with decoding_threads(loaded):
+        generations = generate(loaded.model, [prompt_ids] * samples, settings, on_block, cancel,
+                               tokenizer=loaded.tokenizer, runner=runner_for(loaded), **overrides)
     return [draft(g, infill_skeleton, given) for g in generations]
 
 
@@ -61,6 +66,30 @@ def runner_for(loaded: Loaded):
 
         loaded.runner = GraphRunner(loaded.model)
     return loaded.runner
+
+
+# A model with fewer weights than this decodes on one CPU thread. Each pass of a 4-token block is a few dozen matrix
+# products of a few MFLOP (the bundled 15.7 M model: about 0.13 GFLOP a pass), too small for intra-op threads to pay
+# for their synchronisation; and where the cores are busy, every parallel region waits for a descheduled thread. On
+# the shared 2-core machine (load 8) the bundled model wrote 64 tokens of an infill in 54 s on torch's 2 threads and
+# in 3.4 s on one; its whole infill (535 tokens) took 559 s. A model of DICE's size (1.7 B and up) keeps torch's
+# threads: its products are large enough to share out.
+ONE_THREAD_BELOW = 100_000_000
+
+
+@contextmanager
+def decoding_threads(loaded: Loaded) -> Iterator[None]:
+    """Decode a small model (ONE_THREAD_BELOW) on the CPU with one intra-op thread, then give torch its count back."""
+    before = torch.get_num_threads()
+    small = sum(weight.numel() for weight in loaded.model.parameters()) < ONE_THREAD_BELOW
+    if loaded.device.type != "cpu" or not small or before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def draft(generation: Generation, skeleton: str | None, given: str = "") -> Draft:

@@ -1,12 +1,15 @@
-"""`dice-lsp generate` end to end with the tiny model, and generate_kernel's turning of text into a solution."""
+"""`dice-lsp generate` end to end with the tiny model, and generate_kernel's turning of text into a solution and the
+CPU threads it decodes on."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from dice_lsp.engine import drafts
+from dice_lsp.engine.checkpoint import load
 from dice_lsp.cli import main
 from dice_lsp.engine.generation import Generation
 from tests.engine.test_prompts import GENERATED, PROBLEM, SKELETON
@@ -60,3 +63,22 @@ def test_a_reply_with_code_becomes_a_spliced_solution():
     draft = drafts.draft(reply, SKELETON)
     assert draft.code is not None and "relu_kernel" in draft.code and draft.code.endswith("relu.relu_cuda(x)\t\n")
     assert drafts.draft(reply, None).code == GENERATED
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_a_small_model_decodes_on_one_cpu_thread_and_torch_gets_its_threads_back(tiny_model_dir, monkeypatch, small):
+    """On busy cores torch's threads made the bundled model's infill 16 times slower (drafts.ONE_THREAD_BELOW)."""
+    if not small:
+        monkeypatch.setattr(drafts, "ONE_THREAD_BELOW", 1)  # every model is large
+    loaded = load(str(tiny_model_dir), device="cpu")
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        drafts.generate_kernel(PROBLEM, loaded, max_new_tokens=8, seed=0,
+                               on_block=lambda progress: seen.append(torch.get_num_threads()))
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == ({1} if small else {2})
+    assert after == 2

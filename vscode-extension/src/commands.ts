@@ -59,7 +59,7 @@ async function runOnActiveDocument(target: CommandTarget, serverId: string, titl
         return undefined;
     }
     // The server shows most refusals itself (window/showMessage, just before it answers), some only the first time
-    // (session.py's show_once): a message from it while the command ran means it has spoken.
+    // (Session.show_once, dice_lsp/session/state.py): a message from it while the command ran means it has spoken.
     const refusal = refused(answer);
     if (refusal !== undefined && !target.messages.heardSince(mark)) {
         target.messages.notify(MessageType.Warning, `DICE: ${title}: ${refusal}`);
@@ -70,7 +70,7 @@ async function runOnActiveDocument(target: CommandTarget, serverId: string, titl
 /**
  * Why the server's answer says the command did not start or did nothing: `{started: false, message}` (Benchmark) or
  * `{ok: false, message}` (Generate, Infill). Undefined for one that went ahead, and for what the user did
- * themselves: a cancel ("cancelled"), an edit declined in its preview (no reason given).
+ * themselves: a cancel ("cancelled"), an edit they declined when asked (no reason given; src/confirm.ts).
  */
 export function refused(answer: unknown): string | undefined {
     if (typeof answer !== "object" || answer === null) {

@@ -8,6 +8,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import {
+    ApplyWorkspaceEditRequest,
     DidChangeConfigurationNotification,
     LanguageClient,
     LanguageClientOptions,
@@ -19,6 +20,7 @@ import {
 } from "vscode-languageclient/node";
 import { extractedBundle, shippedWheel } from "./bundle";
 import { offerRetry } from "./commands";
+import { EditConfirmation } from "./confirm";
 import { INSTALL, installInto } from "./install";
 import {
     ExtensionHome,
@@ -97,6 +99,7 @@ export class ServerSession implements vscode.Disposable {
     private client: LanguageClient | undefined;
     private launch: LaunchOptions | undefined;
     private queue: Promise<void> = Promise.resolve();
+    private readonly edits: EditConfirmation;
 
     constructor(
         private readonly log: vscode.LogOutputChannel,
@@ -104,7 +107,9 @@ export class ServerSession implements vscode.Disposable {
         private readonly environments: PythonEnvironments | undefined,
         private readonly home: ExtensionHome,
         readonly messages: ServerMessages = new ServerMessages(log),
-    ) {}
+    ) {
+        this.edits = new EditConfirmation(log);
+    }
 
     get running(): boolean {
         return this.client?.state === State.Running;
@@ -134,6 +139,7 @@ export class ServerSession implements vscode.Disposable {
 
     dispose(): void {
         void this.stop();
+        this.edits.dispose();
     }
 
     private enqueue(step: () => Promise<void>): Promise<void> {
@@ -158,6 +164,8 @@ export class ServerSession implements vscode.Disposable {
         client.onNotification(STATUS_NOTIFICATION, (params: StatusParams) => this.status.update(params));
         // Replaces the client's own handler (it pops every message up) once the connection is made.
         client.onNotification(ShowMessageNotification.type, (params) => this.messages.fromServer(params));
+        // Replaces the client's own handler too: an edit the server wants confirmed is shown and asked here
+        client.onRequest(ApplyWorkspaceEditRequest.type, (params) => this.edits.apply(client, params));
         client.onDidChangeState(({ newState }) => {
             if (newState === State.Stopped && this.client === client) {
                 this.status.update({ state: "stopped", message: "the server stopped; see the logs" });
