@@ -29,7 +29,8 @@ FINDING_CODES = ("kernel-not-bound", "binding-not-called", "torch-fallback", "on
                  "reference-reuse", "side-stream", "thread", "timer-patch", "precision", "output-cached",
                  "signature-mismatch", "kernel-not-launched", "tiny-output", "timer-mismatch", "crash", "unsandboxed",
                  "lazy-output", "timed-mismatch", "profiled-differently", "input-mutation", "timing-unstable",
-                 "inspect-failed", "wall-time", "background-cpu")
+                 "inspect-failed", "wall-time", "background-cpu", "build-refused", "socket-refused", "scratch-full",
+                 "memory-uncapped")
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
