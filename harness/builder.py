@@ -76,7 +76,10 @@ def build_entry(call: Call, mode: str, options: Options, timeout: float, cancel:
                                      cached=True, ok=True)
                 header = _shared_header(call, mode, options, root_fd, timeout, cancel, extra_env)
                 left = max(0.0, timeout - (time.monotonic() - started))
-                return _compile(call, mode, options, left, cancel, extra_env, entry, entry_path, header)
+                made = _compile(call, mode, options, left, cancel, extra_env, entry, entry_path, header)
+                if not header and _light_candidate(call, mode, options):  # a header builder started beside it
+                    _await_header(options, max(0.0, timeout - (time.monotonic() - started)), cancel)
+                return made
             finally:
                 lock.release()
         finally:
@@ -170,6 +173,17 @@ def _shared_header(call: Call, mode: str, options: Options, root_fd: int, timeou
 _unprepared: set[str] = set()  # header folders whose header could not be made in this process
 _preparing: dict[str, threading.Thread] = {}  # header folders a prepare runs for now
 _preparing_lock = threading.Lock()
+
+
+def _await_header(options: Options, timeout: float, cancel: threading.Event | None) -> None:
+    """Wait, at most `timeout` seconds and while not cancelled, for a header builder started for this cache: a
+    one-shot caller (`dice-lsp check`) would otherwise exit, ending that builder, and leave the cache without it."""
+    running = _preparing.get(str(Path(options.extensions_dir) / HEADERS))
+    deadline = time.monotonic() + timeout
+    while running is not None and running.is_alive() and time.monotonic() < deadline:
+        if cancel is not None and cancel.is_set():
+            return
+        running.join(0.2)
 
 
 def _prepare_beside(options: Options, extra_env: dict[str, str] | None) -> None:

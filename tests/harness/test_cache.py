@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from decoys import Decoy
@@ -227,3 +228,30 @@ def test_a_cuda_build_whose_light_build_fails_after_its_probe_is_built_plain(fil
     report = harness.check(files.text("add_reference.py"), HALF_COPY.replace("NAME", name), options)
     assert report.status == "built-not-run", (report.status, report.message, (report.log or "")[-2000:])
     assert report.build_mode == "plain"
+
+
+ONE_SHOT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from dice_lsp.harness import Options, check
+    reference, solution, cache = sys.argv[1:4]
+    report = check(Path(reference).read_text(), Path(solution).read_text(),
+                   Options(cache_dir=cache, baseline="eager", device="cpu", sandbox="require"))
+    print(report.status, report.build_mode)
+""")
+
+
+@pytest.mark.slow
+def test_a_one_shot_callers_first_light_build_leaves_the_shared_header(tmp_path):
+    """The first light build on a machine starts the shared header's own builder beside it; a caller that checks once
+    and exits (`dice-lsp check`) still leaves that header in the cache for the next one."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the build on a machine without a GPU (built, not run)")
+    files = Path(__file__).parent / "files"
+    cache_dir = tmp_path / "cache" / "extensions"
+    done = subprocess.run([sys.executable, "-c", ONE_SHOT, str(files / "add_reference.py"),
+                           str(files / "cuda_solution.py"), str(cache_dir)], capture_output=True, text=True)
+    assert done.stdout.split() == ["built-not-run", "light"], done.stderr[-3000:]
+    assert len(list((cache_dir / "pch").glob("*/dice_torch.h.gch"))) == 1
