@@ -37,7 +37,11 @@ DIGEST_BYTES_PER_ELEMENT = 40
 
 # The exact path's own bounds (kept here, its one owner; `stages` and `timing` read them)
 BASE_BYTES = 512 << 20  # trials' inputs kept for the timed calls to mix, past two trials
-HELD_BYTES = 1 << 30  # trials' inputs kept alive to the end of a call, so each trial gets new pointers
+# Each trial's inputs stay alive until every trial of a call ran while they fit this (`stages.run`): a forward that
+# keys a cache by pointers then meets new pointers every trial, as it would with inputs held by a caller, and only
+# the changed inputs (same pointers, new values) catch it as "output-cached". Past it (GB inputs), a trial's memory
+# goes before the next's.
+HELD_BYTES = 1 << 30
 PLACEMENT_BYTES = 64 << 20  # copies of the timed inputs in other allocations (`timing.placements`), outputs held back
 SNAPSHOT_SHARE = 0.05  # of the GPU's memory, what a reference worker keeps of timed calls' copies on the GPU
 TIMED_COPIES = 8  # kept timed calls a check compares (2 a round, 4 rounds)

@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import IO
 
 from dice_lsp.harness import messages, samples, sandbox
 from dice_lsp.harness.lending import lent
@@ -47,6 +48,25 @@ def _close_all() -> None:
         worker.kill(wait=False)
     for worker in list(_live):
         worker._reap()
+
+
+def _memory_note(cgroup: sandbox.Cgroup | None, options: Options, role: str) -> str:
+    """Where no memory cgroup holds (a caller that is not root, no memory controller), each process is limited on
+    its own (RLIMIT_AS, not with CUDA): what the report says of it. Empty where the cgroup caps them together."""
+    if cgroup is not None and cgroup.memory:
+        return ""
+    return ("no memory cgroup could be made here, so the worker's processes are not capped together"
+            + ("" if uses_gpu(options) and role != "builder" else
+               f"; each is limited to {memory_limit_gb(options):.0f} GB of address space"))
+
+
+def _count_processes(env: dict[str, str], user: int, more: int) -> None:
+    """A worker's process count where no pids cgroup holds: RLIMIT_NPROC counts every process of the user, so room
+    for `more` than run now (root's count is not enforced, so a root caller's workers get one where they run as an
+    unprivileged user). Written into the limits `env` carries."""
+    limits = messages.decode_limits(env[messages.LIMITS_VARIABLE])
+    limits = dataclasses.replace(limits, processes=user_processes(user) + more)
+    env[messages.LIMITS_VARIABLE] = messages.encode_limits(limits)
 
 
 class Worker:
@@ -79,22 +99,12 @@ class Worker:
         self.child_started = ""
         self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role))
         applied = self.cgroup.applied if self.cgroup else []
-        # Where no memory cgroup holds (a caller that is not root, no memory controller), each process is limited on
-        # its own (RLIMIT_AS, not with CUDA): the report says so (`memory_note`)
-        self.memory_note = "" if self.cgroup is not None and self.cgroup.memory else (
-            "no memory cgroup could be made here, so the worker's processes are not capped together"
-            + ("" if uses_gpu(options) and role != "builder" else
-               f"; each is limited to {memory_limit_gb(options):.0f} GB of address space"))
+        self.memory_note = _memory_note(self.cgroup, options, role)
         room = self._room(options, env, readable, found) if self.sandboxed else None
         self.room, self.user = room, room.user if room else 0
         if options.process_limit and not any(a.startswith("pids") for a in applied) and \
                 (os.getuid() != 0 or self.user):
-            # RLIMIT_NPROC counts every process of the user: room for this many more than run now (root's count is
-            # not enforced, so a root caller's workers get one where they run as an unprivileged user)
-            limits = messages.decode_limits(env[messages.LIMITS_VARIABLE])
-            limits = dataclasses.replace(limits, processes=user_processes(self.user or os.getuid())
-                                         + options.process_limit)
-            env[messages.LIMITS_VARIABLE] = messages.encode_limits(limits)
+            _count_processes(env, self.user or os.getuid(), options.process_limit)
         # The folders it writes besides its own (the reference's compile caches), lent to its user while it lives
         # (`lent`; given back at `_reap`)
         self._lent = contextlib.ExitStack()
@@ -103,27 +113,7 @@ class Worker:
             self._lent.enter_context(lent([w for w in room.writable if w != self.directory], self.user))
         try:
             with open(self.log_path, "wb") as log:
-                if room is not None:
-                    if self.user:  # it reads (a reference: writes) its folder as that user
-                        os.chown(self.directory, self.user, self.user)
-                        env[sandbox.USER_VARIABLE] = str(self.user)
-                    # bwrap --die-with-parent ties the sandbox to the *thread* that starts it (PR_SET_PDEATHSIG):
-                    # started from a check's thread, it would be killed when that check ends. One thread that
-                    # lives as long as this process starts them all.
-                    self.process, self.child_pid = sandbox.spawn(
-                        nice + argv, room, found.tool, sandbox.scrub(env),
-                        start=lambda *a, **k: _SPAWNER.submit(*a, **k).result(),
-                        stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
-                        cwd=self.directory, env=sandbox.scrub(env), start_new_session=True)
-                    if self.child_pid and not room.pid1:  # bwrap's init is PID 1 there: the worker is its one child
-                        self.child_pid = _only_child(self.child_pid)
-                    found = _stat(self.child_pid) if self.child_pid else []
-                    self.child_started = found[19] if len(found) > 19 else ""
-                else:
-                    env["TMPDIR"] = self.directory
-                    self.process = subprocess.Popen(
-                        nice + argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
-                        cwd=self.directory, env=env, start_new_session=True)
+                self._start(nice + argv, room, found.tool, env, log, write)
         except BaseException:  # no worker: its folders go back now
             self._lent.close()
             raise
@@ -144,6 +134,31 @@ class Worker:
         self.idle_cpu_ms = 0.0
         self._replied_cpu: float | None = None
         self._paused: list[int] = []
+
+    def _start(self, argv: list[str], room: sandbox.Room | None, tool: str, env: dict[str, str], log: IO[bytes],
+               write: int) -> None:
+        """The worker's process: in `room` under bubblewrap (`tool`) where it has one, else plain; its output to
+        `log`, its replies on the pipe whose writing end is `write`."""
+        if room is None:
+            env["TMPDIR"] = self.directory
+            self.process = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
+                cwd=self.directory, env=env, start_new_session=True)
+            return
+        if self.user:  # it reads (a reference: writes) its folder as that user
+            os.chown(self.directory, self.user, self.user)
+            env[sandbox.USER_VARIABLE] = str(self.user)
+        # bwrap --die-with-parent ties the sandbox to the *thread* that starts it (PR_SET_PDEATHSIG): started from a
+        # check's thread, it would be killed when that check ends. One thread that lives as long as this process
+        # starts them all.
+        self.process, self.child_pid = sandbox.spawn(
+            argv, room, tool, sandbox.scrub(env), start=lambda *a, **k: _SPAWNER.submit(*a, **k).result(),
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
+            cwd=self.directory, env=sandbox.scrub(env), start_new_session=True)
+        if self.child_pid and not room.pid1:  # bwrap's init is PID 1 there: the worker is its one child
+            self.child_pid = _only_child(self.child_pid)
+        found = _stat(self.child_pid) if self.child_pid else []
+        self.child_started = found[19] if len(found) > 19 else ""
 
     def _room(self, options: Options, env: dict[str, str], extra: tuple[str, ...],
               found: sandbox.Availability) -> sandbox.Room:

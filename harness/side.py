@@ -5,13 +5,28 @@ Below both the stages (which fill it) and the worker's loop (which owns it), so 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from typing import Any
 
 import torch
 
+from dice_lsp.harness.memory import HELD_BYTES
 from dice_lsp.harness.options import Options
+
+
+@dataclasses.dataclass
+class RunState:
+    """What `stages.run` keeps between its calls of one check (a check whose trials do not fit the GPU together runs
+    them a call each)."""
+    reference: Any  # the reference's module, for its get_inputs
+    census: dict[str, str]  # threads and processes known not to be the solution's
+    seen: dict[str, str]  # the census once ModelNew was built
+    held: list[list[Any]] | None = dataclasses.field(default_factory=list)  # trials' inputs kept alive
+    room: int = HELD_BYTES  # what more `held` may take
+    first: list[Any] | None = None  # the first trial's inputs, changed in place by the last call
+    made: set[str] = dataclasses.field(default_factory=set)  # where the inputs were made ("device", "host")
 
 
 class Side:
@@ -32,7 +47,7 @@ class Side:
         self.exchange: Any = None
         self.outputs: Any = None  # the solution's last outputs, until the reference worker has compared them
         self.changed_trial: tuple[int, Any] = (0, None)  # reference: the changed inputs' (seed, inputs or None)
-        self.run: dict[str, Any] | None = None  # solution: what `stages.run` keeps between its calls of one check
+        self.run: RunState | None = None  # solution: what `stages.run` keeps between its calls of one check
         self.trial_bytes = 0  # one trial's inputs and outputs, as far as measured: for an out-of-memory message
         self.timed_check: Any = None  # the check that `timed_inputs` were copied for
         self.timed_inputs: Any = None  # one check's copies of the first trial's inputs (timing.placements)

@@ -21,7 +21,7 @@ from dice_lsp.harness.messages import (Build, BuildAnswer, BuildRequest, Built, 
                                        Inspect, Inspected, LibraryLine, MakeReference, OutputsSaved, Prepare,
                                        Prepared, Ran, ReferenceMade, RunSolution, SaveOutputs, TrialResult)
 from dice_lsp.harness.report import KernelShare
-from dice_lsp.harness.side import Side, load_module, pick_device
+from dice_lsp.harness.side import RunState, Side, load_module, pick_device
 
 
 def _local_arch(fallback: str) -> str:
@@ -154,10 +154,6 @@ def _expected(side: Side, index: int) -> list[torch.Tensor]:
 
 
 BASE_BYTES = 512 << 20  # what the trials' inputs kept for timing (`timing.Watch`) may take, past two trials
-# Each trial's inputs stay alive until every trial ran while they fit this: a forward that keys a cache by pointers
-# then meets new pointers every trial, as it would with inputs held by a caller, and only the changed inputs (same
-# pointers, new values) catch it as "output-cached". Past it (GB inputs), a trial's memory goes before the next's.
-HELD_BYTES = 1 << 30
 
 
 def run(side: Side, command: RunSolution) -> Ran:
@@ -169,71 +165,95 @@ def run(side: Side, command: RunSolution) -> Ran:
     Also: what forward returned (plain tensors?), which inputs it wrote into, which threads and processes the
     solution started and when (import, __init__, forward), and copies of the trials' inputs, taken before forward
     could write into them, for the timed calls to mix (`bases`)."""
-    options = side.options
-    state = side.run
-    if state is None:
-        side.device = pick_device(options.device)
-        runtime.set_precision(options.tf32, options.cudnn_tf32)
-        before = runtime.precision_state()
-        census = side.census if side.census is not None else runtime.baseline(options.device)
-        started = described(runtime.started_since(census), "at import")
-        reference = load_module(command.reference, "dice_inputs")
-        side.model = _model(reference, side.module.ModelNew, options.seed, side.device)
-        seen = runtime.census()
-        started += described(runtime.started_since(census, seen), "in __init__")
-        state = side.run = {"reference": reference, "census": census, "seen": seen, "held": [], "room": HELD_BYTES,
-                            "first": None, "made": set()}
-        side.bases, side.trials = [], []
+    if side.run is None:
+        before, started = _first_run(side, command)
     else:
         before, started = runtime.precision_state(), []
-    census, seen, reference = state["census"], state["seen"], state["reference"]
+    state = side.run
+    assert state is not None
     sharing = command.share and side.device.type == "cuda"
-    seeds = verify.trial_seeds(options.seed, options.correctness_trials)
+    seeds = verify.trial_seeds(side.options.seed, side.options.correctness_trials)
     indices = range(len(seeds)) if command.trials is None else command.trials
-    outputs, mutated, lazy, made, count, changed_out = [], set(), "", state["made"], 0, []
+    outputs, mutated, lazy, count, changed_out = [], set(), "", 0, []
     with torch.no_grad(), _plain_oom(side, "running the solution's trials"):
         for index in indices:
-            tensors, where = verify.make_inputs(reference, seeds[index], side.device)
-            made.add(where)
-            side.trial_bytes = _bytes(tensors)
-            copies = [verify.clone(t) for t in tensors]  # before forward may write into its inputs
-            keep_base(side.bases, copies)
-            if index == 0:  # timed and inspected later, and changed in place below
-                state["first"], side.trials = tensors, [(seeds[0], copies)]
-            result = side.model(*tensors)
-            lazy = lazy or verify.plain(result, side.device)
-            mutated |= {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
-            if index == 0 and not lazy:  # what the profiled forwards must compute again (`inspect`)
-                side.verified = verify.sample(verify.flatten(result))
-            outputs.append(verify.copies(verify.flatten(result), sharing))
-            side.trial_bytes = _bytes(tensors) + _bytes(outputs[-1])
-            if _bytes(tensors) <= state["room"]:  # alive to the end: the next trial's inputs get other addresses
-                state["held"].append(tensors)
-                state["room"] -= _bytes(tensors)
-            del tensors, copies, result
+            result, wrote, made_lazy = _trial(side, state, seeds, index)
+            lazy, mutated = lazy or made_lazy, mutated | wrote
+            outputs.append(verify.copies(result, sharing))
+            side.trial_bytes += _bytes(outputs[-1])
+            del result
         if command.changed:
-            first = state["first"]
-            changed, _where = verify.make_inputs(reference, options.seed + verify.CHANGED_SEED_OFFSET, side.device)
-            count = verify.change_in_place(first, changed)
-            del changed
-            copies = [verify.clone(t) for t in first]
-            result = side.model(*first)
-            lazy = lazy or verify.plain(result, side.device)
-            mutated |= {i for i, (a, b) in enumerate(zip(copies, first)) if not verify.same(a, b)}
-            changed_out = verify.copies(verify.flatten(result), sharing)
-            state["first"] = state["held"] = None
-            del first, copies, result
+            count, result, wrote, made_lazy = _changed_trial(side, state)
+            lazy, mutated = lazy or made_lazy, mutated | wrote
+            changed_out = verify.copies(result, sharing)
+            del result
         if side.device.type == "cuda":
             torch.cuda.synchronize()
-    started += described(runtime.started_since(census, seen), "in forward")
-    side.census = state["census"] = {**census, **runtime.census()}  # each start is reported once
+    started += described(runtime.started_since(state.census, state.seen), "in forward")
+    side.census = state.census = {**state.census, **runtime.census()}  # each start is reported once
     side.outputs = {"trials": outputs, "changed": changed_out}
     handed = _hand_over(side, Path(command.outputs), sharing)
     after = runtime.precision_state()
     return Ran(device=_device_name(side.device), changed_tensors=count, threads=tuple(started),
                precision_before=before, precision_after=after, outputs=handed,
-               inputs="device" if made == {"device"} else "host", mutated=tuple(sorted(mutated)), lazy=lazy,
+               inputs="device" if state.made == {"device"} else "host", mutated=tuple(sorted(mutated)), lazy=lazy,
                tampered=tuple(SEAL.broken()), bases=len(side.bases))
+
+
+def _first_run(side: Side, command: RunSolution) -> tuple[Any, list[str]]:
+    """The first call of a check: the device, the precision, ModelNew built after the seed, and what it started at
+    import and in __init__. Returns the precision as it was before and those starts."""
+    options = side.options
+    side.device = pick_device(options.device)
+    runtime.set_precision(options.tf32, options.cudnn_tf32)
+    before = runtime.precision_state()
+    census = side.census if side.census is not None else runtime.baseline(options.device)
+    started = described(runtime.started_since(census), "at import")
+    reference = load_module(command.reference, "dice_inputs")
+    side.model = _model(reference, side.module.ModelNew, options.seed, side.device)
+    seen = runtime.census()
+    started += described(runtime.started_since(census, seen), "in __init__")
+    side.run = RunState(reference=reference, census=census, seen=seen)
+    side.bases, side.trials = [], []
+    return before, started
+
+
+def _trial(side: Side, state: RunState, seeds: list[int], index: int) -> tuple[list[Any], set[int], str]:
+    """Trial `index` on inputs made here from its seed: its flattened outputs, the inputs forward wrote into, and
+    what it returned that is not a plain tensor ("": all plain)."""
+    tensors, where = verify.make_inputs(state.reference, seeds[index], side.device)
+    state.made.add(where)
+    side.trial_bytes = _bytes(tensors)
+    copies = [verify.clone(t) for t in tensors]  # before forward may write into its inputs
+    keep_base(side.bases, copies)
+    if index == 0:  # timed and inspected later, and changed in place below
+        state.first, side.trials = tensors, [(seeds[0], copies)]
+    result = side.model(*tensors)
+    lazy = verify.plain(result, side.device)
+    mutated = {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
+    flat = verify.flatten(result)
+    if index == 0 and not lazy:  # what the profiled forwards must compute again (`inspect`)
+        side.verified = verify.sample(flat)
+    if state.held is not None and _bytes(tensors) <= state.room:
+        state.held.append(tensors)  # alive to the end: the next trial's inputs get other addresses
+        state.room -= _bytes(tensors)
+    return flat, mutated, lazy
+
+
+def _changed_trial(side: Side, state: RunState) -> tuple[int, list[Any], set[int], str]:
+    """The first trial again, its inputs changed in place (same tensors, new values): how many tensors changed, the
+    flattened outputs, the inputs forward wrote into, and what it returned that is not a plain tensor."""
+    first = state.first
+    changed, _where = verify.make_inputs(state.reference, side.options.seed + verify.CHANGED_SEED_OFFSET,
+                                         side.device)
+    count = verify.change_in_place(first, changed)
+    del changed
+    copies = [verify.clone(t) for t in first]
+    result = side.model(*first)
+    lazy = verify.plain(result, side.device)
+    mutated = {i for i, (a, b) in enumerate(zip(copies, first)) if not verify.same(a, b)}
+    state.first = state.held = None
+    return count, verify.flatten(result), mutated, lazy
 
 
 def keep_base(bases: list[list[Any]], inputs: list[Any]) -> None:

@@ -294,33 +294,9 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
     flush = _flusher(device)
     cuda = device.type == "cuda"
     sync = (lambda: _synchronize(device)) if cuda else (lambda: None)
-    held: collections.deque = collections.deque(maxlen=len(forwards) - 1)
     loop_start = _perf_counter()
     with torch.no_grad():
-        warmed, warm_started, launches, planned = 0, loop_start, [], max(warmup, 1)
-        while True:
-            flush()
-            h0 = _perf_counter()
-            held.append(forwards[warmed % len(forwards)]())
-            launches.append(_perf_counter() - h0)
-            warmed += 1
-            if warmed == 1:
-                sync()
-                planned = min(planned, max(2, math.ceil(WARM_QUEUE_S / max(_perf_counter() - h0, 1e-6))))
-                if not cuda:
-                    # as many as agreed, up to each placement run twice and its outputs held back before any is
-                    # timed (the caller agrees that many for a first round, `rounds.time_sides`): with 5 warm-ups
-                    # of 8 placements, some were first run while timed, and a 1.9 ms C++ loop's first round came
-                    # out 3-25 % slower than its next three (2-core machine); now within 3 %
-                    planned = max(planned, min(warmup, 2 * len(forwards)))
-                room = PLACEMENT_BYTES // max(_nbytes(held[-1]) if held else 0, 1)
-                held = collections.deque(held, maxlen=min(len(forwards) - 1, room))
-            if warmed >= planned:
-                # Synchronized from here: the host queues forwards far faster than a slow one runs, and a 10 ms
-                # warm-up on the host clock queued seconds of 6 ms forwards (13 s to time one on the H200)
-                sync()
-                if not cuda or _perf_counter() - warm_started >= warm_s:
-                    break
+        warmed, launches, held = _warm_up(forwards, flush, sync, cuda, warmup, warm_s)
         cover = _cover_cycles(launches[1:] or launches) if cuda else 0
         if ready is not None:
             ready()
@@ -330,27 +306,13 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
             if before is not None:
                 before((warmed + k) % len(forwards))
             if cuda:
-                flushed, start, end = (_Event(enable_timing=True) for _ in range(3))
-                h0 = _perf_counter()
-                _record(flushed)
-                flush()
-                if cover:
-                    _sleep(cover)
-                _record(start)
-                out = run()
-                _record(end)
-                sync()
-                h1 = _perf_counter()
-                events.append(_elapsed(start, end))
-                host.append((h1 - h0) * 1e3 - _elapsed(flushed, start))
-            else:  # the process's CPU clock read nearest the forward
-                c0 = cpu_seconds() if cpu_time else 0.0
-                h0 = _perf_counter()
-                out = run()
-                h1 = _perf_counter()
-                host.append((h1 - h0) * 1e3)
+                event_ms, host_ms, h0, out = _timed_on_gpu(run, flush, sync, cover)
+                events.append(event_ms)
+            else:
+                cpu_ms, host_ms, h0, out = _timed_on_cpu(run, cpu_time)
                 if cpu_time:
-                    events.append((cpu_seconds() - c0) * 1e3)
+                    events.append(cpu_ms)
+            host.append(host_ms)
             starts.append(h0)
             if after is not None:
                 after(k, out)
@@ -361,6 +323,65 @@ def measure(forward: Callable[[], Any] | Sequence[Callable[[], Any]], device: to
     clock = "cuda-events" if cuda else "cpu-time" if cpu_time else "host"
     return TimedRound(samples=tuple(samples), host_samples=tuple(host), clock=clock, overhead_ms=overhead,
                       placements=len(forwards), starts=tuple(starts), loop_start=loop_start, loop_end=_perf_counter())
+
+
+def _warm_up(forwards: list[Callable[[], Any]], flush: Callable[[], Any], sync: Callable[[], None], cuda: bool,
+             warmup: int, warm_s: float) -> tuple[int, list[float], collections.deque]:
+    """`measure`'s warm-up: how many forwards ran, each one's launch time on the host (seconds), and the outputs
+    held back so that each timed trial writes its outputs somewhere else as well."""
+    held: collections.deque = collections.deque(maxlen=len(forwards) - 1)
+    warmed, warm_started, launches, planned = 0, _perf_counter(), [], max(warmup, 1)
+    while True:
+        flush()
+        h0 = _perf_counter()
+        held.append(forwards[warmed % len(forwards)]())
+        launches.append(_perf_counter() - h0)
+        warmed += 1
+        if warmed == 1:
+            sync()
+            planned = min(planned, max(2, math.ceil(WARM_QUEUE_S / max(_perf_counter() - h0, 1e-6))))
+            if not cuda:
+                # as many as agreed, up to each placement run twice and its outputs held back before any is timed
+                # (the caller agrees that many for a first round, `rounds.time_sides`): with 5 warm-ups of 8
+                # placements, some were first run while timed, and a 1.9 ms C++ loop's first round came out 3-25 %
+                # slower than its next three (2-core machine); now within 3 %
+                planned = max(planned, min(warmup, 2 * len(forwards)))
+            room = PLACEMENT_BYTES // max(_nbytes(held[-1]) if held else 0, 1)
+            held = collections.deque(held, maxlen=min(len(forwards) - 1, room))
+        if warmed >= planned:
+            # Synchronized from here: the host queues forwards far faster than a slow one runs, and a 10 ms warm-up
+            # on the host clock queued seconds of 6 ms forwards (13 s to time one on the H200)
+            sync()
+            if not cuda or _perf_counter() - warm_started >= warm_s:
+                return warmed, launches, held
+
+
+def _timed_on_gpu(run: Callable[[], Any], flush: Callable[[], Any], sync: Callable[[], None],
+                  cover: int) -> tuple[float, float, float, Any]:
+    """One timed call on a GPU: its events' milliseconds, the host clock's (less the GPU time before the start
+    event), the host clock's reading at its start, and its outputs."""
+    flushed, start, end = (_Event(enable_timing=True) for _ in range(3))
+    h0 = _perf_counter()
+    _record(flushed)
+    flush()
+    if cover:
+        _sleep(cover)
+    _record(start)
+    out = run()
+    _record(end)
+    sync()
+    h1 = _perf_counter()
+    return _elapsed(start, end), (h1 - h0) * 1e3 - _elapsed(flushed, start), h0, out
+
+
+def _timed_on_cpu(run: Callable[[], Any], cpu_time: bool) -> tuple[float, float, float, Any]:
+    """One timed call on the CPU, the process's CPU clock read nearest the forward: its CPU milliseconds (0 without
+    `cpu_time`), its wall milliseconds, the host clock's reading at its start, and its outputs."""
+    c0 = cpu_seconds() if cpu_time else 0.0
+    h0 = _perf_counter()
+    out = run()
+    h1 = _perf_counter()
+    return (cpu_seconds() - c0) * 1e3 if cpu_time else 0.0, (h1 - h0) * 1e3, h0, out
 
 
 def _cover_cycles(launches: list[float]) -> int:
