@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import dice_lsp
-from dice_lsp.harness import messages, sandbox
+from dice_lsp.harness import messages, sandbox, view
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.options import Options
 
@@ -86,7 +86,7 @@ def worker_user(options: Options, found: sandbox.Availability, gpu: bool) -> int
     """The unprivileged uid a sandboxed worker runs as; 0 where it runs as the caller."""
     if not (found.available and found.user and options.unprivileged):
         return 0
-    return found.user if not gpu or options.unprivileged_gpu and sandbox.gpu_nodes_open_to_all() else 0
+    return found.user if not gpu or options.unprivileged_gpu and view.gpu_nodes_open_to_all() else 0
 
 
 def why_root(options: Options, found: sandbox.Availability, gpu: bool) -> str:

@@ -23,7 +23,7 @@ import weakref
 from pathlib import Path
 from typing import IO
 
-from dice_lsp.harness import messages, samples, sandbox
+from dice_lsp.harness import cgroups, messages, samples, sandbox
 from dice_lsp.harness.lending import lent
 from dice_lsp.harness.limits import (environment, memory_bytes, memory_limit_gb, sandbox_status, user_processes,
                                      uses_gpu, why_root, worker_user)
@@ -50,7 +50,7 @@ def _close_all() -> None:
         worker._reap()
 
 
-def _memory_note(cgroup: sandbox.Cgroup | None, options: Options, role: str) -> str:
+def _memory_note(cgroup: cgroups.Cgroup | None, options: Options, role: str) -> str:
     """Where no memory cgroup holds (a caller that is not root, no memory controller), each process is limited on
     its own (RLIMIT_AS, not with CUDA): what the report says of it. Empty where the cgroup caps them together."""
     if cgroup is not None and cgroup.memory:
@@ -97,7 +97,7 @@ class Worker:
         nice = ["nice", "-n", str(BUILDER_NICENESS)] if role == "builder" and shutil.which("nice") else []
         self.child_pid = 0
         self.child_started = ""
-        self.cgroup = sandbox.Cgroup(options.process_limit, memory_bytes(options, role))
+        self.cgroup = cgroups.Cgroup(options.process_limit, memory_bytes(options, role))
         applied = self.cgroup.applied if self.cgroup else []
         self.memory_note = _memory_note(self.cgroup, options, role)
         room = self._room(options, env, readable, found) if self.sandboxed else None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dice_lsp.harness import Options, check, check_many, sandbox
+from dice_lsp.harness import Options, cgroups, check, check_many, sandbox, view
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # each builds (once, shared) and runs the fixture's extension
@@ -123,8 +123,8 @@ def test_cannot_touch_the_users_files_or_read_secrets(files, sandboxed, outside,
     monkeypatch.setenv("HOME", str(home))
     # A caller run from its home folder has that folder itself on sys.path (its runtime paths must not undo the hiding)
     monkeypatch.syspath_prepend(str(home))
-    sandbox.runtime_paths.cache_clear()
-    request.addfinalizer(sandbox.runtime_paths.cache_clear)
+    view.runtime_paths.cache_clear()
+    request.addfinalizer(view.runtime_paths.cache_clear)
     (outside / "problem.py").write_text(files.text("add_reference.py"))
     (outside / "notes.txt").write_text("the user's notes\n")
     before = _tree(outside), _tree(home)
@@ -258,7 +258,7 @@ def test_a_references_folders_are_lent_for_its_life_and_taken_back_after_the_las
 def test_a_process_count_holds_for_a_root_caller_without_a_pids_cgroup(files, sandboxed, monkeypatch):
     """Where no pids cgroup can be made (the GPU machine's vm has no pids controller), RLIMIT_NPROC is the count,
     and the kernel does not enforce it on root: the candidate's unprivileged user meets it."""
-    monkeypatch.setattr(sandbox.Cgroup, "_make", lambda self, path, knobs: None)
+    monkeypatch.setattr(cgroups.Cgroup, "_make", lambda self, path, knobs: None)
     prelude = '''
 import subprocess
 started = []
@@ -298,7 +298,7 @@ def test_an_unprivileged_worker_imports_from_a_checkout_only_root_may_read(tmp_p
     checkout.mkdir(mode=0o700)
     (checkout / "probe_module.py").write_text("VALUE = 42\n")
     monkeypatch.setenv("PYTHONPATH", str(checkout))
-    sandbox.runtime_paths.cache_clear()
+    view.runtime_paths.cache_clear()
     try:
         found = sandbox.status()
         assert found.user, found.root_note
@@ -309,7 +309,7 @@ def test_an_unprivileged_worker_imports_from_a_checkout_only_root_may_read(tmp_p
                                     found.tool, inside, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         said, _ = bwrap.communicate(timeout=300)
     finally:
-        sandbox.runtime_paths.cache_clear()
+        view.runtime_paths.cache_clear()
     assert said.split() == ["42", str(found.user)], said
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dice_lsp import harness
-from dice_lsp.harness import sandbox
+from dice_lsp.harness import sandbox, view
 
 FILES = Path(__file__).parent / "files"
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -41,7 +41,7 @@ print(json.dumps({"uid": os.getresuid(), "total": total, "device": torch.cuda.ge
 def test_cuda_runs_in_the_sandbox_as_nobody_with_only_the_gpus_nodes():
     found = sandbox.status()
     assert found.available and found.user, (found.reason, found.root_note)
-    assert sandbox.gpu_nodes_open_to_all(), sandbox.gpu_nodes()
+    assert view.gpu_nodes_open_to_all(), view.gpu_nodes()
     room = sandbox.Room(scratch_mb=64, gpu=True, user=found.user)
     env = sandbox.scrub(dict(os.environ)) | {sandbox.USER_VARIABLE: str(found.user)}
     script = "import dice_lsp.harness.sandbox as s; s.become_from_environment()\n" + CUDA_INSIDE
@@ -52,7 +52,7 @@ def test_cuda_runs_in_the_sandbox_as_nobody_with_only_the_gpus_nodes():
     assert seen["uid"] == [found.user] * 3, said
     assert seen["total"] == float(sum(range(1 << 20)) * 2), said
     assert seen["unix"] == 1, said  # EPERM: the filter holds on the GPU machine too
-    gpu = {os.path.basename(n) for n in sandbox.gpu_nodes()}
+    gpu = {os.path.basename(n) for n in view.gpu_nodes()}
     standard = {"null", "zero", "full", "random", "urandom", "tty", "console", "shm", "pts", "ptmx", "fd", "stdin",
                 "stdout", "stderr", "core", "mqueue"}
     assert set(seen["dev"]) <= gpu | standard | {"nvidia-caps"}, seen["dev"]

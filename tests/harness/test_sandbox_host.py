@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from decoys import Decoy
 
-from dice_lsp.harness import Options, check, sandbox
+from dice_lsp.harness import Options, check, sandbox, view
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -219,13 +219,13 @@ print(json.dumps({p: listing(p) for p in ("/", "/etc", "/home", "/srv", "/var", 
     seen = json.loads(inside(found, code, sandbox.Room(scratch_mb=8, user=found.user)).strip().splitlines()[-1])
     # The root's own folders, and the first folder of each runtime path (the checkout may live anywhere: /work here,
     # /check on CI), made on the way to it; nothing else of the host's root
-    made_on_the_way = {Path(p).parts[1] for p in sandbox.runtime_paths() if len(Path(p).parts) > 1}
+    made_on_the_way = {Path(p).parts[1] for p in view.runtime_paths() if len(Path(p).parts) > 1}
     assert set(seen["/"]) <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys",
                               "tmp"} | made_on_the_way, (seen["/"], made_on_the_way)
-    assert set(seen["/etc"]) <= set(sandbox._ETC), seen["/etc"]
+    assert set(seen["/etc"]) <= set(view.ETC), seen["/etc"]
     for folder in ("/srv", "/var", "/mnt"):
         assert seen[folder] == "FileNotFoundError" or all(
-            any(p.startswith(os.path.join(folder, e)) for p in sandbox.runtime_paths()) for e in seen[folder]), seen
+            any(p.startswith(os.path.join(folder, e)) for p in view.runtime_paths()) for e in seen[folder]), seen
     assert set(seen[str(ROOT)]) <= {"dice_lsp", "harness"}, seen[str(ROOT)]
 
 
