@@ -6,22 +6,15 @@ field by field against its class here; a line that does not decode raises `Messa
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dice_lsp.harness.build import Call, Extension
+from dice_lsp.harness.codec import MessageError, from_json, plain, short
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.report import KernelShare
 from dice_lsp.harness.samples import TimedRound
-
-
-class MessageError(ValueError):
-    """A line that is no message of its direction: not JSON, an unknown name, a missing or ill-typed field."""
 
 
 # -- worker -> caller ----------------------------------------------------------------------------------------------
@@ -431,24 +424,24 @@ class Limits:
 
 
 def encode_limits(limits: Limits) -> str:
-    return json.dumps(_plain(limits))
+    return json.dumps(plain(limits))
 
 
 def decode_limits(text: str) -> Limits:
     try:
         raw = json.loads(text)
     except ValueError as error:
-        raise MessageError(f"the worker's limits are not JSON ({_short(str(error), 120)})") from None
-    return _object(Limits, raw, "limits")
+        raise MessageError(f"the worker's limits are not JSON ({short(str(error), 120)})") from None
+    return from_json(Limits, raw, "limits")
 
 
 # -- the wire ------------------------------------------------------------------------------------------------------
 def encode_command(command: Command) -> str:
-    return json.dumps({"op": command.tag, **_plain(command)})
+    return json.dumps({"op": command.tag, **plain(command)})
 
 
 def encode_reply(reply: Reply) -> str:
-    return json.dumps({"reply": reply.tag, **_plain(reply)})
+    return json.dumps({"reply": reply.tag, **plain(reply)})
 
 
 def decode_command(line: str | bytes) -> Command:
@@ -463,83 +456,11 @@ def _decode_line(line: str | bytes, key: str, table: dict[str, type], what: str)
     try:
         raw = json.loads(line)
     except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise MessageError(f"the {what} is not JSON ({_short(str(error), 120)})") from None
+        raise MessageError(f"the {what} is not JSON ({short(str(error), 120)})") from None
     if not isinstance(raw, dict):
         raise MessageError(f"the {what} is {type(raw).__name__}, not a JSON object")
     name = raw.pop(key, None)
     kind = table.get(name) if isinstance(name, str) else None
     if kind is None:
-        raise MessageError(f"unknown {what} {_short(name)}")
-    return _object(kind, raw, kind.tag)
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready form of a message's value; `Options` as `Options.to_dict()`."""
-    if isinstance(value, Options):
-        return value.to_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-@functools.lru_cache(maxsize=None)
-def _hints(kind: type) -> dict[str, Any]:
-    return typing.get_type_hints(kind)
-
-
-def _object(kind: type, raw: Any, where: str) -> Any:
-    """An instance of the dataclass `kind` from its JSON object, every field checked against its annotation."""
-    if not isinstance(raw, dict):
-        raise MessageError(f"{where} is {type(raw).__name__}, not an object")
-    fields = [f for f in dataclasses.fields(kind) if f.init]
-    unknown = set(raw) - {f.name for f in fields}
-    if unknown:
-        raise MessageError(f"{where} has no field {_short(sorted(map(str, unknown))[0])}")
-    values = {}
-    for f in fields:
-        if f.name in raw:
-            values[f.name] = _value(_hints(kind)[f.name], raw[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise MessageError(f"{where} lacks {f.name}")
-    return kind(**values)
-
-
-def _value(kind: Any, value: Any, where: str) -> Any:
-    """`value` as the annotation `kind` says: JSON's arrays become tuples where a tuple is annotated."""
-    if kind is Any:
-        return value
-    if kind is Options:  # from the trusted caller: read as the options do themselves
-        if not isinstance(value, dict):
-            raise MessageError(f"{where} is {type(value).__name__}, not an object")
-        return Options.from_dict(value)
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        [inner] = [a for a in args if a is not type(None)]  # every optional field here is `X | None`
-        return _value(inner, value, where)
-    if dataclasses.is_dataclass(kind):
-        return _object(kind, value, where)
-    if origin in (tuple, list):
-        if not isinstance(value, list):
-            raise MessageError(f"{where} is {type(value).__name__}, not an array")
-        items = [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise MessageError(f"{where} is {type(value).__name__}, not an object")
-        return {k: _value(args[1], v, f"{where}[{_short(k)}]") for k, v in value.items()}
-    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if kind in (int, str, bool) and isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
-        return value
-    raise MessageError(f"{where} is {type(value).__name__}, not {getattr(kind, '__name__', kind)}")
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+        raise MessageError(f"unknown {what} {short(name)}")
+    return from_json(kind, raw, kind.tag)
