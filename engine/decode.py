@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
@@ -241,56 +241,28 @@ def generate(
     began = time.perf_counter()
     runner = runner or CacheRunner(model)
     device = model.lm_head.weight.device
-    bs, B, mask_id, stops = s.block_size, len(prompt_ids), model.config.mask_token_id, set(s.stop_token_ids)
+    bs, B, stops = s.block_size, len(prompt_ids), set(s.stop_token_ids)
 
-    # Layout: each row is its prompt then MASKs, left-padded by whole blocks so that every row's first block with a
-    # MASK is the same physical block. Pads are never attended to; positions (for RoPE) restart at each prompt.
-    first = [len(p) // bs for p in prompt_ids]
-    shift = [(max(first) - f) * bs for f in first]
-    start = [sh + len(p) for sh, p in zip(shift, prompt_ids)]  # physical index of each row's first new token
-    origin = max(first) * bs
-    n_blocks = max(math.ceil((st + s.max_new_tokens - origin) / bs) for st in start)
-    total = origin + n_blocks * bs
-    tokens = torch.full((B, total), mask_id, dtype=torch.long, device=device)
-    valid = torch.ones((B, total), dtype=torch.bool, device=device)
-    for row, prompt in enumerate(prompt_ids):
-        tokens[row, : shift[row]] = model.config.eos_token_id
-        valid[row, : shift[row]] = False
-        tokens[row, shift[row] : start[row]] = torch.tensor(prompt, device=device)
-    shifts = torch.tensor(shift, device=device)
-    positions = (torch.arange(total, device=device)[None] - shifts[:, None]).clamp(min=0)
-    new = torch.arange(total, device=device)[None] >= torch.tensor(start, device=device)[:, None]
-    trace = torch.full((B, total), -1, dtype=torch.long, device=device)
+    at = _Layout.of(prompt_ids, bs, s.max_new_tokens, model.config, device)
+    tokens, positions, start, origin = at.tokens, at.positions, at.start, at.origin
+    trace = torch.full((B, at.total), -1, dtype=torch.long, device=device)
     generator = torch.Generator(device=device)
     generator.manual_seed(s.seed) if s.seed is not None else generator.seed()
 
-    runner.prefill(tokens[:, :origin], positions[:, :origin], valid, bs)
+    runner.prefill(tokens[:, :origin], positions[:, :origin], at.valid, bs)
     step = 0
     done: list[tuple[int, str] | None] = [None] * B  # (generated length, stop reason) once a row has stopped
     blocks = 0
-    for blocks in range(1, n_blocks + 1):
+    for blocks in range(1, at.blocks + 1):
         lo, hi = origin + (blocks - 1) * bs, origin + blocks * bs
         if cancel is not None and cancel():
             blocks -= 1
             break
         block, where = tokens[:, lo:hi], positions[:, lo:hi]  # views: commits land in `tokens`
         live = torch.tensor([d is None for d in done], device=device)
-        masked = new[:, lo:hi] & live[:, None]
+        masked = at.new[:, lo:hi] & live[:, None]
         counts = [0 if done[r] else max(0, min(bs, hi - max(lo, start[r]))) for r in range(B)]
-        schedule = [transfer_schedule(c, s.steps) for c in counts]
-        per_pass = torch.tensor(schedule, device=device).T  # [steps, B]
-        for i in range(s.steps):
-            if s.strategy == "static" and not any(row[i] for row in schedule):
-                continue  # nothing to commit in this pass for any row
-            if s.strategy == "dynamic" and not masked.any():
-                break
-            logits = runner.denoise(block, where, lo)
-            sampled, confidence = sample(logits, s, generator)
-            commit = to_commit(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
-            block.copy_(torch.where(commit, sampled, block))
-            trace[:, lo:hi].masked_fill_(commit, step)
-            masked &= ~commit
-            step += 1
+        step = _denoise(runner, block, where, lo, masked, counts, s, generator, trace[:, lo:hi], step)
         runner.store(block, where, lo)  # its final K/V, which later blocks attend to (written with the next pass)
 
         _check_stops(done, block.tolist(), lo, start, stops, s.max_new_tokens)  # once per block
@@ -301,6 +273,65 @@ def generate(
 
     return _generations(prompt_ids, tokens, trace, start, done, origin + blocks * bs, step, runner.forwards, tokenizer,
                         began)
+
+
+@dataclass
+class _Layout:
+    """Where each row's prompt and new tokens lie. Each row is its prompt then MASKs, left-padded by whole blocks so
+    that every row's first block with a MASK is the same physical block (`origin`). Pads are never attended to;
+    positions (for RoPE) restart at each prompt."""
+
+    tokens: torch.Tensor  # [B, total]: EOS pads, the prompt, MASKs
+    valid: torch.Tensor  # [B, total]: False on pads
+    positions: torch.Tensor  # [B, total]
+    new: torch.Tensor  # [B, total]: True from each row's first new token on
+    start: list[int]  # physical index of each row's first new token
+    origin: int  # the first block with a MASK
+    blocks: int  # blocks to decode from `origin`
+    total: int
+
+    @classmethod
+    def of(cls, prompt_ids: list[list[int]], bs: int, max_new_tokens: int, config: ModelConfig,
+           device: torch.device) -> _Layout:
+        B = len(prompt_ids)
+        first = [len(p) // bs for p in prompt_ids]
+        shift = [(max(first) - f) * bs for f in first]
+        start = [sh + len(p) for sh, p in zip(shift, prompt_ids)]
+        origin = max(first) * bs
+        n_blocks = max(math.ceil((st + max_new_tokens - origin) / bs) for st in start)
+        total = origin + n_blocks * bs
+        tokens = torch.full((B, total), config.mask_token_id, dtype=torch.long, device=device)
+        valid = torch.ones((B, total), dtype=torch.bool, device=device)
+        for row, prompt in enumerate(prompt_ids):
+            tokens[row, : shift[row]] = config.eos_token_id
+            valid[row, : shift[row]] = False
+            tokens[row, shift[row] : start[row]] = torch.tensor(prompt, device=device)
+        shifts = torch.tensor(shift, device=device)
+        positions = (torch.arange(total, device=device)[None] - shifts[:, None]).clamp(min=0)
+        new = torch.arange(total, device=device)[None] >= torch.tensor(start, device=device)[:, None]
+        return cls(tokens, valid, positions, new, start, origin, n_blocks, total)
+
+
+def _denoise(runner: Runner, block: torch.Tensor, where: torch.Tensor, lo: int, masked: torch.Tensor,
+             counts: list[int], s: DecodeSettings, generator: torch.Generator, trace: torch.Tensor, step: int) -> int:
+    """One block's denoising passes: each samples every masked position and commits the most confident (static:
+    `counts[r]` new tokens of row r over `s.steps` passes; dynamic: those over the threshold), in place in `block`,
+    each commit's pass number in `trace`. Returns the pass count so far."""
+    schedule = [transfer_schedule(c, s.steps) for c in counts]
+    per_pass = torch.tensor(schedule, device=block.device).T  # [steps, B]
+    for i in range(s.steps):
+        if s.strategy == "static" and not any(row[i] for row in schedule):
+            continue  # nothing to commit in this pass for any row
+        if s.strategy == "dynamic" and not masked.any():
+            break
+        logits = runner.denoise(block, where, lo)
+        sampled, confidence = sample(logits, s, generator)
+        commit = to_commit(confidence, masked, per_pass[i], s.threshold if s.strategy == "dynamic" else None)
+        block.copy_(torch.where(commit, sampled, block))
+        trace.masked_fill_(commit, step)
+        masked &= ~commit
+        step += 1
+    return step
 
 
 def generate_causal(
