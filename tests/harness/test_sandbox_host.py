@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from decoys import Decoy
 
-from dice_lsp.harness import Options, check, sandbox, view
+from dice_lsp.harness import check, sandbox, view
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -230,11 +230,6 @@ print(json.dumps({p: listing(p) for p in ("/", "/etc", "/home", "/srv", "/var", 
 
 
 # -- end to end: a candidate in a check -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sandboxed(options) -> Options:
-    return options.with_(sandbox="require")
-
-
 @pytest.mark.slow
 def test_a_candidate_that_reaches_for_a_host_socket_is_refused_and_said(files, sandboxed, cache_dir):
     folder = Path(cache_dir) / f"sockets-{uuid.uuid4().hex[:8]}"  # inside the cache the worker is shown

