@@ -5,6 +5,7 @@ Pure functions over the workers' replies, so each rule is testable without runni
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from dice_lsp.anatomy.related import launches_of
@@ -164,22 +165,46 @@ PROFILED_RATIO = {"cpu": 4.0, "cuda": 3.0}
 PROFILED_SLACK_MS = {"cpu": 0.05, "cuda": 0.01}
 
 
+@dataclass(frozen=True)
+class Faults:
+    """What page faults explain of a CPU forward's time in the inspect stage: each fresh page costs `page_us` (the
+    reference worker's measure, a lower bound: filling it included), for at most twice its outputs' pages (the
+    outputs, one temporary of their size) and PAGE_FAULTS_FREE more. More faults than that explain nothing: a
+    forward cannot buy itself room to compute by faulting pages in."""
+
+    profiled: int = 0
+    plain: int = 0
+    output_bytes: int = 0
+    page_us: float = 0.0
+
+    def allowance_ms(self, faults: int) -> float:
+        pages = 2 * -(-self.output_bytes // 4096) + PAGE_FAULTS_FREE
+        return min(faults, pages) * self.page_us / 1e3
+
+
+PAGE_FAULTS_FREE = 64
+
+
 def profiled_differently(profiled_ms: float, plain_ms: float, timed_ms: float | None, cuda: bool,
-                         span: Span) -> list[Finding]:
+                         span: Span, faults: Faults = Faults()) -> list[Finding]:
     """A forward that took far longer in the inspect stage, which learns who did the work, than while timed: it can
     see the profiler is on (torch.autograd._profiler_enabled) and does its own work only then, or from then on, so
     the profile's shares and the timed speed describe different code. `profiled_ms`: a profiled forward;
-    `plain_ms` (CPU): one run after those, the profiler off. No speedup is given."""
+    `plain_ms` (CPU): one run after those, the profiler off; either may take what its page faults explain
+    (`faults`) beyond the bound. No speedup is given."""
     if not timed_ms:
         return []
     kind = "cuda" if cuda else "cpu"
     bound = PROFILED_RATIO[kind] * timed_ms + PROFILED_SLACK_MS[kind]
     clock = "its kernels' GPU time" if cuda else "CPU time"
-    for took, when in ((profiled_ms, "while profiled"), (plain_ms, "after it was profiled")):
-        if took > bound:
-            return [Finding(PROFILED_DIFFERENTLY, f"forward took {took:.3g} ms ({clock}) {when} and {timed_ms:.3g} "
-                            f"ms while timed, {took / timed_ms:.1f} times as long: it does other work when it is "
-                            "watched than when it is timed; no speedup is given", span, "error")]
+    for took, when, faulted in ((profiled_ms, "while profiled", faults.profiled),
+                                (plain_ms, "after it was profiled", faults.plain)):
+        if took > bound + faults.allowance_ms(faulted):
+            paged = (f", {faulted} fresh pages of it ({faults.allowance_ms(faulted):.3g} ms allowed for them)"
+                     if faulted else "")
+            return [Finding(PROFILED_DIFFERENTLY, f"forward took {took:.3g} ms ({clock}) {when}{paged} and "
+                            f"{timed_ms:.3g} ms while timed, {took / timed_ms:.1f} times as long: it does other work "
+                            "when it is watched than when it is timed; no speedup is given", span, "error")]
     return []
 
 

@@ -216,6 +216,10 @@ class Inspected(Reply):
     profiled_ms: float = 0.0  # one profiled forward: its kernels' time (GPU), its CPU time (CPU); 0: not known
     plain_ms: float = 0.0  # CPU: one forward's CPU time with no profiler on, in the same stage; 0: not known
     profiled_wrong: str = ""  # how an inspected call's outputs differ from the verified ones on the same inputs
+    profiled_faults: int = 0  # CPU: the page faults of the forward `profiled_ms` is of
+    plain_faults: int = 0  # CPU: the page faults of the forward `plain_ms` is of
+    output_bytes: int = 0  # one forward's outputs
+    page_us: float = 0.0  # a reference worker's: CPU microseconds a fresh page costs here (runtime.page_cost_us)
 
 
 @dataclass(frozen=True)

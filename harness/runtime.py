@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import mmap
 import os
 import re
+import resource
 import sys
 import threading
 import time
@@ -24,6 +26,12 @@ from torch.autograd.profiler import profile as autograd_profile
 from torch.autograd.profiler import record_function  # loaded with torch: no cost of its own
 
 _thread_time = time.thread_time  # bound at import, before any candidate's code runs
+_getrusage, _THREAD = resource.getrusage, resource.RUSAGE_THREAD
+
+
+def _thread_faults() -> int:
+    """Page faults of the calling thread so far (minor: a fresh page the kernel zeroes and maps)."""
+    return _getrusage(_THREAD).ru_minflt
 
 
 def precision_state() -> dict[str, Any]:
@@ -166,10 +174,10 @@ MARKER = "spin_kernel"  # torch.cuda._sleep's kernel: `_profile`'s marker of for
 
 
 def _profile(forward: Callable[[], Any], cuda: bool, repeats: int,
-             file: str | None) -> tuple[Any, list[float], float]:
+             file: str | None) -> tuple[Any, list[tuple[float, int]]]:
     """The profiler's events over `repeats` forwards, each inside a "dice::forward" range; with `file`, every
     PyTorch call labelled with its line there (`_Lines`, which costs host time of its own). Also the thread's CPU
-    seconds each forward took inside its range."""
+    seconds and page faults of each forward inside its range."""
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     spent = []
     # torch.autograd's profiler, not torch.profiler's: the latter's start asks `hasattr(torch, "_inductor")`,
@@ -187,22 +195,23 @@ def _profile(forward: Callable[[], Any], cuda: bool, repeats: int,
                     pass
         for _ in range(repeats):
             with record_function("dice::forward"), (_Lines(file) if file else contextlib.nullcontext()):
-                started = _thread_time()
+                started, faulted = _thread_time(), _thread_faults()
                 forward()
-                spent.append(_thread_time() - started)
+                spent.append((_thread_time() - started, _thread_faults() - faulted))
         sync()
     return prof, spent
 
 
-def _cpu_ms(forward: Callable[[], Any], repeats: int) -> float:
-    """The fewest milliseconds of the thread's CPU time one of `repeats` forwards took, with no profiler on: a
-    forward that turned to other work once it saw the profiler (`findings.profiled_differently`) shows it here."""
+def _cpu_ms(forward: Callable[[], Any], repeats: int) -> tuple[float, int]:
+    """The fewest seconds of the thread's CPU time one of `repeats` forwards took, with no profiler on, and that
+    forward's page faults: a forward that turned to other work once it saw the profiler
+    (`findings.profiled_differently`) shows it here."""
     spent = []
     for _ in range(repeats):
-        started = _thread_time()
+        started, faulted = _thread_time(), _thread_faults()
         forward()
-        spent.append(_thread_time() - started)
-    return min(spent) * 1e3
+        spent.append((_thread_time() - started, _thread_faults() - faulted))
+    return min(spent)
 
 
 def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.device,
@@ -218,7 +227,7 @@ def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.de
         if cuda:
             torch.cuda.synchronize()
         prof, spent = _profile(forward, cuda, repeats, file if cuda else None)
-        plain = 0.0 if cuda else _cpu_ms(forward, 2)  # as forward runs when timed: no profiler on
+        plain = (0.0, 0) if cuda else _cpu_ms(forward, 2)  # as forward runs when timed: no profiler on
         labelled = prof if cuda else _profile(forward, cuda, repeats, file)[0]
     events = list(labelled.function_events)
     rows = _kernel_rows(prof, own, repeats) if cuda else _operator_rows(list(prof.function_events))
@@ -243,10 +252,29 @@ def work(forward: Callable[[], Any], own: list[str], file: str, device: torch.de
               "share": entry["time_us"] / (total or 1.0)} for line, entry in lines.items()]
     calls.sort(key=lambda c: -c["time_us"])
     # forward's device time on a GPU (its kernels', not inflated by the profiler), its CPU time on the CPU
-    profiled = sum(r["time_us"] for r in rows) / 1e3 if cuda else min(spent) * 1e3
+    fewest = min(spent) if spent else (0.0, 0)
+    profiled = sum(r["time_us"] for r in rows) / 1e3 if cuda else fewest[0] * 1e3
     return {"rows": rows, "lines": calls, "own_share": sum(r["share"] for r in rows if r["own"]),
             "streams": _streams(list(prof.function_events)) if cuda else 0, "profiled_ms": profiled,
-            "plain_ms": plain}
+            "plain_ms": plain[0] * 1e3, "profiled_faults": 0 if cuda else fewest[1], "plain_faults": plain[1]}
+
+
+def page_cost_us(pages: int = 1024, repeats: int = 5) -> float:
+    """The fewest microseconds of this thread's CPU time a fresh page took to fault in and fill, over `repeats`
+    buffers of `pages` pages each: what an honest forward pays for each page of a new output the allocator did not
+    have at hand (glibc maps and unmaps large blocks by its own history, so one stage of calls can fault where
+    another did not: the C++ example's 8 MB output cost 4 ms a call faulting and 0.6 ms not, 2-core machine)."""
+    best = float("inf")
+    for _ in range(repeats):
+        with mmap.mmap(-1, pages * mmap.PAGESIZE) as fresh:  # never touched: every page faults once
+            view = torch.frombuffer(fresh, dtype=torch.uint8)
+            started, faulted = _thread_time(), _thread_faults()
+            view.fill_(1)
+            spent, faults = _thread_time() - started, _thread_faults() - faulted
+            del view
+        if faults >= pages // 2:
+            best = min(best, spent * 1e6 / faults)
+    return 0.0 if best == float("inf") else best
 
 
 def _streams(events: list[Any]) -> int:

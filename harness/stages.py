@@ -388,6 +388,9 @@ def inspect(side: Side, command: Inspect) -> Inspected:
 
         side.work = runtime.work(forward, list(command.kernels), getattr(side.module, "__file__", "") or "",
                                  side.device)
+        side.work["output_bytes"] = _bytes(verify.flatten(calls[-1])) if calls else 0
+        if side.expected and side.device.type == "cpu":  # a reference worker: no candidate's code in it
+            side.work["page_us"] = runtime.page_cost_us()
         if side.verified is not None and all(verify.same(a, b) for a, b in zip(inputs, given)):
             # every profiled call kept, against the first trial's verified outputs, at positions drawn back then
             wrong = next((w for w in (verify.matches(verify.flatten(call), side.verified, side.options.atol,
@@ -399,7 +402,9 @@ def inspect(side: Side, command: Inspect) -> Inspected:
     cuda = side.device.type == "cuda"
     return Inspected(kernels=rows if cuda else (), operators=() if cuda else rows, lines=lines,
                      own_share=found["own_share"], streams=found["streams"], profiled_ms=found["profiled_ms"],
-                     plain_ms=found["plain_ms"], profiled_wrong=wrong)
+                     plain_ms=found["plain_ms"], profiled_wrong=wrong, profiled_faults=found["profiled_faults"],
+                     plain_faults=found["plain_faults"], output_bytes=found["output_bytes"],
+                     page_us=found.get("page_us", 0.0))
 
 
 def _device_name(device: torch.device) -> str:

@@ -359,7 +359,7 @@ class Check:
                 self.record.findings.append(findings.inspect_failed(failed.error, self.forward_span()))
             return
         assert isinstance(seen, Inspected) and isinstance(theirs, Inspected)
-        if self._slower_watched(seen):
+        if self._slower_watched(seen, theirs):
             # Once more before a forward is held to do other work when watched: a single stage's clock can be thrown
             # by the machine (an honest C++ loop's profiled forward took 6x its timed median once, on a loaded CI
             # machine). A forward that does other work when watched does it again; one that did it only once is
@@ -375,10 +375,12 @@ class Check:
         self.record.findings += self._inspected(seen, theirs)
         self.record.stage("inspect", started)
 
-    def _slower_watched(self, seen: Inspected) -> bool:
+    def _slower_watched(self, seen: Inspected, theirs: Inspected) -> list[Finding]:
+        """`profiled-differently`, where the solution's forward took far longer while inspected than while timed."""
         timed = self.record.timings.get("solution")
-        return bool(findings.profiled_differently(seen.profiled_ms, seen.plain_ms, timed.median_ms if timed else None,
-                                                  self.record.cuda, self.forward_span()))
+        faults = findings.Faults(seen.profiled_faults, seen.plain_faults, seen.output_bytes, theirs.page_us)
+        return findings.profiled_differently(seen.profiled_ms, seen.plain_ms, timed.median_ms if timed else None,
+                                             self.record.cuda, self.forward_span(), faults)
 
     def _inspected(self, seen: Inspected, theirs: Inspected) -> list[Finding]:
         span, cuda, found = self.forward_span(), self.record.cuda, []
@@ -389,10 +391,7 @@ class Check:
         found += findings.from_work(seen, theirs, self.anatomy, self.solution, span, cuda)
         if all(t.passed for t in self.record.trials):  # else the verified outputs were wrong already
             found += findings.profiled_outputs(seen.profiled_wrong, span)
-        timed = self.record.timings.get("solution")
-        found += findings.profiled_differently(seen.profiled_ms, seen.plain_ms, timed.median_ms if timed else None,
-                                               cuda, span)
-        return found
+        return found + self._slower_watched(seen, theirs)
 
     # -- how it ends -------------------------------------------------------------------------------------------------
 

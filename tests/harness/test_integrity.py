@@ -333,3 +333,27 @@ def test_a_forward_far_slower_profiled_or_after_than_timed_is_an_error_and_an_ho
     assert findings.profiled_differently(0.009, 0.0, 0.010, True, span) == []  # GPU: kernels' time, warm L2
     assert findings.profiled_differently(0.5, 0.0, 0.010, True, span)[0].code == "profiled-differently"
     assert "profiled-differently" in findings.TIMING_ERRORS
+
+
+def test_page_faults_explain_a_cpu_forwards_inspect_time_only_up_to_its_outputs():
+    """The C++ example on CI: profiled at 4.19 ms against 0.676 ms timed, every profiled call faulting its fresh
+    8 MB output in (2048 pages at about 1.76 us each). What faults explain is allowed; faults past twice the
+    outputs' pages explain nothing, so a forward cannot fault its way to room for work it does only when watched."""
+    span, eight_mb = Span(0, 0), 8 << 20
+    faulted = findings.Faults(profiled=2048, plain=0, output_bytes=eight_mb, page_us=1.76)
+    assert findings.profiled_differently(4.19, 0.70, 0.676, False, span) != []  # without the faults: held to it
+    assert findings.profiled_differently(4.19, 0.70, 0.676, False, span, faulted) == []
+    [found] = findings.profiled_differently(0.70, 4.3, 0.676, False, span, faulted)  # the plain run did not fault
+    assert "after it was profiled" in found.message
+    # Its own work while profiled, behind a fault storm: 50,000 pages allowed as 4,160 (2 x 2048 + 64)
+    storm = findings.Faults(profiled=50_000, plain=0, output_bytes=eight_mb, page_us=1.76)
+    [found] = findings.profiled_differently(90.0 + 3.0, 0.70, 0.676, False, span, storm)
+    assert "while profiled" in found.message
+    assert findings.Faults(profiled=10, output_bytes=eight_mb, page_us=0.0).allowance_ms(10) == 0.0  # not measured
+
+
+def test_a_fresh_pages_cost_is_measured_here():
+    from dice_lsp.harness import runtime
+
+    cost = runtime.page_cost_us(pages=256, repeats=3)
+    assert 0.0 < cost < 1000.0, cost
