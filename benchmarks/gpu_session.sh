@@ -15,6 +15,7 @@
 #   call2  the harness on the GPU (real sizes, attacks, timing, verify), the server's save, training's attention,
 #          the engine's CUDA graphs; any GPU test file in neither list runs here too
 #   smoke  one test for each GPU claim of the README (under 3 minutes, set-up included; the list is below)
+#   defences  the sandbox's and the watched time stage's GPU tests (issues 34 and 36; the list is below)
 #   all    call1 and call2 in one pytest, for a call longer than 10 minutes
 #   bench  the decode and build benchmarks (benchmarks/decode.py, build.py)
 #   PATH   test files or node ids, as one set
@@ -77,6 +78,12 @@ smoke=(
     tests/server/test_gpu.py::test_saved_cuda_solution_shows_speedups_and_kernel_shares
 )
 
+# The defences of issues 34 and 36 on a GPU, never yet run there (one short call): CUDA in the sandbox as nobody
+# with the process count, the watched time stage's bookkeeping attacks (outputs staged in a GPU buffer the
+# reference worker opens by CUDA IPC), the GPU attack tests, and one honest check end to end
+defences=(tests/harness/test_sandbox_gpu.py tests/harness/test_bookkeeping.py tests/harness/test_attacks.py
+          tests/harness/test_gpu.py::test_cuda_kernel_is_verified_timed_and_profiled)
+
 gpu_files() { grep -rl "mark.gpu" tests --include="test_*.py" | sort; }
 others() {  # GPU test files in neither call's list
     gpu_files | grep -vxF -f <(printf '%s\n' "${call1[@]}" "${call2[@]}" "$call2_last")
@@ -86,6 +93,7 @@ case "$set_name" in
     call1) tests=("${call1[@]}") ;;
     call2) mapfile -t extra < <(others); tests=("${call2[@]}" "${extra[@]}" "$call2_last") ;;
     smoke) tests=("${smoke[@]}") ;;
+    defences) tests=("${defences[@]}") ;;
     all) mapfile -t extra < <(others); tests=("${call1[@]}" "${call2[@]}" "${extra[@]}" "$call2_last") ;;
     bench) tests=() ;;
     *) tests=("$set_name") ;;
