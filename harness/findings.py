@@ -168,7 +168,8 @@ PROFILED_SLACK_MS = {"cpu": 0.05, "cuda": 0.01}
 @dataclass(frozen=True)
 class Faults:
     """What page faults explain of a CPU forward's time in the inspect stage: each fresh page costs `page_us` (the
-    reference worker's measure, a lower bound: filling it included), for at most twice its outputs' pages (the
+    reference worker's measure of a fresh mapping's page, filling it included: a little above what a page the heap
+    grows by costs, a leeway docs/THREATS.md states), for at most twice its outputs' pages (the
     outputs, one temporary of their size) and PAGE_FAULTS_FREE more. More faults than that explain nothing: a
     forward cannot buy itself room to compute by faulting pages in."""
 

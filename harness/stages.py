@@ -228,10 +228,7 @@ def _trial(side: Side, state: RunState, seeds: list[int], index: int) -> tuple[l
     keep_base(side.bases, copies)
     if index == 0:  # timed and inspected later, and changed in place below
         state.first, side.trials = tensors, [(seeds[0], copies)]
-    result = side.model(*tensors)
-    lazy = verify.plain(result, side.device)
-    mutated = {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
-    flat = verify.flatten(result)
+    flat, mutated, lazy = _forward(side, tensors, copies)
     if index == 0 and not lazy:  # what the profiled forwards must compute again (`inspect`)
         side.verified = verify.sample(flat)
     if state.held is not None and _bytes(tensors) <= state.room:
@@ -248,12 +245,18 @@ def _changed_trial(side: Side, state: RunState) -> tuple[int, list[Any], set[int
                                          side.device)
     count = verify.change_in_place(first, changed)
     del changed
-    copies = [verify.clone(t) for t in first]
-    result = side.model(*first)
-    lazy = verify.plain(result, side.device)
-    mutated = {i for i, (a, b) in enumerate(zip(copies, first)) if not verify.same(a, b)}
+    flat, mutated, lazy = _forward(side, first, [verify.clone(t) for t in first])
     state.first = state.held = None
-    return count, verify.flatten(result), mutated, lazy
+    return count, flat, mutated, lazy
+
+
+def _forward(side: Side, tensors: list[Any], copies: list[Any]) -> tuple[list[Any], set[int], str]:
+    """ModelNew on `tensors` (`copies`: theirs, taken before): its flattened outputs, the inputs it wrote into, and
+    what it returned that is not a plain tensor ("": all plain)."""
+    result = side.model(*tensors)
+    lazy = verify.plain(result, side.device)
+    mutated = {i for i, (a, b) in enumerate(zip(copies, tensors)) if not verify.same(a, b)}
+    return verify.flatten(result), mutated, lazy
 
 
 def keep_base(bases: list[list[Any]], inputs: list[Any]) -> None:
