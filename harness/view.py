@@ -11,6 +11,7 @@ import functools
 import glob
 import importlib.util
 import os
+import shutil
 import site
 import stat
 import sys
@@ -90,13 +91,16 @@ def gpu_nodes() -> list[str]:
     return sorted(n for n in glob.glob("/dev/nvidia*") if os.path.basename(n) != "nvidia-modeset")
 
 
-def gpu_nodes_open_to_all() -> bool:
+def gpu_nodes_open_to_all(nodes: list[str] | None = None) -> bool:
     """Whether any user may read and write every GPU device node (the drivers' usual mode): else an unprivileged
-    worker could not use the GPU."""
+    worker could not use the GPU. Only the character devices count: /dev/nvidia-caps is a folder (0755 on the H100
+    of 2026-12-07, which this test failed) whose files are MIG's capabilities, root's alone, and used only by MIG."""
     try:
-        return all(os.stat(node).st_mode & 0o006 == 0o006 for node in gpu_nodes())
+        modes = [os.stat(node).st_mode for node in (gpu_nodes() if nodes is None else nodes)]
     except OSError:
         return False
+    devices = [mode for mode in modes if stat.S_ISCHR(mode)]
+    return bool(devices) and all(mode & 0o006 == 0o006 for mode in devices)
 
 
 def readable_runtime() -> list[str]:
@@ -139,7 +143,7 @@ def runtime_paths() -> tuple[str, ...]:
     """Host paths a worker needs besides the system's: the interpreter (its executable, standard library, headers
     and packages, the folders its .pth files add, PYTHONPATH's folders), this package's folders (not the checkout
     that holds them), torch and the other packages a worker imports wherever they are installed, and the CUDA
-    toolkit. Not the caller's working folder or its script's, which sys.path also holds."""
+    toolkit, the compilers' toolchains. Not the caller's working folder or its script's, which sys.path also holds."""
     import dice_lsp
 
     wanted = {sys.executable, os.path.realpath(sys.executable)}
@@ -164,8 +168,40 @@ def runtime_paths() -> tuple[str, ...]:
     # GPU machine), the toolkit's, a machine's own
     wanted.update(p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p)
     wanted.update(_linker_folders())
+    wanted.update(compiler_folders())
     found = {os.path.abspath(p) for p in wanted if p and os.path.exists(p)}
     return tuple(sorted(p for p in found if os.path.realpath(p) not in SHARED_PREFIXES))
+
+
+# What PyTorch's extension builder runs: the C++ compiler CXX names (else c++), and the host compiler nvcc gets from
+# CC; the plain names too, for a build that reads neither
+COMPILERS = ("CXX", "CC")
+COMPILER_NAMES = ("c++", "g++", "gcc", "cc")
+# The folders of a toolchain's prefix that a compiler reads besides its own: its drivers (cc1plus under libexec), its
+# runtime and headers
+TOOLCHAIN_FOLDERS = ("bin", "lib", "lib64", "libexec", "include")
+
+
+def compiler_folders() -> list[str]:
+    """The folders of the compilers a build runs that lie outside the system's folders, e.g. /opt/gcc/bin/g++ as CXX
+    on the GPU machine (its builder saw no /opt and every build failed with "g++: not found"). A compiler found in
+    PREFIX/bin brings PREFIX's toolchain folders, not PREFIX itself, which may be a home folder."""
+    names = [os.environ.get(variable, "").split(maxsplit=1)[:1] for variable in COMPILERS]
+    found: list[str] = []
+    for name in [*(n[0] for n in names if n), *COMPILER_NAMES]:
+        path = shutil.which(name)
+        if not path:
+            continue
+        for program in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+            folder = os.path.dirname(program)
+            if inside(folder, list(SYSTEM)):
+                continue
+            if os.path.basename(folder) == "bin":
+                prefix = os.path.dirname(folder)
+                found += [os.path.join(prefix, sub) for sub in TOOLCHAIN_FOLDERS]
+            else:
+                found.append(folder)
+    return [f for f in dict.fromkeys(found) if os.path.isdir(f)]
 
 
 def _linker_folders(config: str = "/etc/ld.so.conf", depth: int = 0) -> list[str]:

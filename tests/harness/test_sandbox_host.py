@@ -229,6 +229,58 @@ print(json.dumps({p: listing(p) for p in ("/", "/etc", "/home", "/srv", "/var", 
     assert set(seen[str(ROOT)]) <= {"dice_lsp", "harness"}, seen[str(ROOT)]
 
 
+def test_only_the_gpus_character_devices_decide_whether_any_user_may_use_it(tmp_path):
+    """A folder among the nodes (the GPU machine's /dev/nvidia-caps, 0755) neither opens nor closes the GPU."""
+    caps = tmp_path / "nvidia-caps"
+    caps.mkdir(mode=0o755)
+    assert view.gpu_nodes_open_to_all(["/dev/null", str(caps)])
+    assert not view.gpu_nodes_open_to_all([str(caps)])  # no device at all
+    assert not view.gpu_nodes_open_to_all(["/dev/null", str(tmp_path / "gone")])
+    closed = [n for n in ("/dev/console", "/dev/hwrng", "/dev/cpu_dma_latency") if os.path.exists(n) and
+              os.stat(n).st_mode & 0o006 != 0o006]
+    if closed:
+        assert not view.gpu_nodes_open_to_all(["/dev/null", closed[0]])
+
+
+@pytest.fixture
+def toolchain(monkeypatch):
+    """A C++ compiler outside the system's folders, as CXX and CC name it (the GPU machine's is /opt/gcc/bin/g++): a
+    script in PREFIX/bin that hands its arguments to the system's g++, with a file in PREFIX/lib it reads."""
+    prefix = Path(tempfile.mkdtemp(prefix=".dice-toolchain-", dir=ROOT))
+    (prefix / "bin").mkdir()
+    (prefix / "lib").mkdir()
+    (prefix / "lib" / "specs").write_text("the toolchain file\n")
+    compiler = prefix / "bin" / "g++"
+    compiler.write_text(f'#!/bin/sh\ncat {prefix}/lib/specs\nexec g++ "$@"\n')
+    for path in (prefix, prefix / "bin", prefix / "lib"):
+        path.chmod(0o755)
+    compiler.chmod(0o755)
+    (prefix / "lib" / "specs").chmod(0o644)
+    monkeypatch.setenv("CXX", str(compiler))
+    monkeypatch.setenv("CC", f"{compiler} -O1")  # a command line: its first word is the program
+    view.runtime_paths.cache_clear()
+    yield compiler
+    monkeypatch.undo()
+    view.runtime_paths.cache_clear()
+    shutil.rmtree(prefix, ignore_errors=True)
+
+
+def test_a_compiler_outside_the_system_folders_is_shown_with_its_toolchain(found, toolchain):
+    """PyTorch's builder runs CXX, and nvcc runs CC: on the H100 of 2026-12-07 both were /opt/gcc's, the builder's
+    view had no /opt, and every build failed with "g++: not found". The toolchain's folders are shown, not its
+    prefix's other files."""
+    prefix = toolchain.parent.parent
+    (prefix / "private.txt").write_text("not the compiler's\n")
+    code = f"""
+import os, subprocess
+said = subprocess.run([os.environ["CXX"], "--version"], capture_output=True, text=True)
+print(said.returncode, said.stdout.splitlines()[:2], os.path.exists({str(prefix / "private.txt")!r}))
+"""
+    seen = inside(found, code, sandbox.Room(scratch_mb=8, user=found.user)).strip().splitlines()[-1]
+    assert seen.startswith("0 ['the toolchain file', 'g++"), seen
+    assert seen.endswith("False"), seen
+
+
 # -- end to end: a candidate in a check -------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_candidate_that_reaches_for_a_host_socket_is_refused_and_said(files, sandboxed, cache_dir):
