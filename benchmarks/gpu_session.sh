@@ -18,6 +18,7 @@
 #   defences  the sandbox's and the watched time stage's GPU tests (issues 34 and 36; the list is below)
 #   all    call1 and call2 in one pytest, for a call longer than 10 minutes
 #   bench  the decode and build benchmarks (benchmarks/decode.py, build.py)
+#   probe  which part of the worker's sandbox keeps CUDA from starting (benchmarks/gpu_sandbox_probe.py; a minute)
 #   PATH   test files or node ids, as one set
 # Further arguments go to pytest (`-k EXPR`, `-x`, ...).
 #
@@ -95,7 +96,7 @@ case "$set_name" in
     smoke) tests=("${smoke[@]}") ;;
     defences) tests=("${defences[@]}") ;;
     all) mapfile -t extra < <(others); tests=("${call1[@]}" "${call2[@]}" "${extra[@]}" "$call2_last") ;;
-    bench) tests=() ;;
+    bench | probe) tests=() ;;
     *) tests=("$set_name") ;;
 esac
 
@@ -215,5 +216,9 @@ if [ "$set_name" = bench ]; then
         stage "re-check steps" "$(limit "${STEPS_LIMIT:-120}")" "$out/build.log" \
             python3 benchmarks/recheck_steps.py --cache /tmp/dice-bench-cache
     fi
+fi
+if [ "$set_name" = probe ]; then
+    stage "sandbox probe" "$(limit "${PROBE_LIMIT:-300}")" "$out/probe.log" \
+        python3 benchmarks/gpu_sandbox_probe.py --out "$out"
 fi
 log "done in $((SECONDS - started)) s of a $budget s budget"

@@ -74,6 +74,7 @@ class Built(Reply):
     arch: str
     cuda_available: bool
     has_model_new: bool
+    cuda_error: str = ""  # why CUDA did not start though the GPU's device nodes are here (`stages.cuda_failure`)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import glob
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -41,7 +42,21 @@ def build(side: Side, command: Build) -> Built:
     side.census = runtime.baseline(options.device)  # who runs before the solution is imported
     side.module = load_module(command.path, "dice_solution")
     return Built(extensions=tuple(side.builder.extensions), arch=arch, cuda_available=torch.cuda.is_available(),
-                 has_model_new=hasattr(side.module, "ModelNew"))
+                 has_model_new=hasattr(side.module, "ModelNew"), cuda_error=cuda_failure())
+
+
+def cuda_failure(nodes: str = "/dev/nvidia[0-9]*") -> str:
+    """Why CUDA did not start in this process though this torch has CUDA and a GPU's device node is here (a GPU
+    worker's sandbox binds them); '' when it started or there is no GPU to start. On the H100 of 2026-12-07 the driver
+    failed inside the sandbox with error 304 and `torch.cuda.is_available()` only said False: the check then ran on
+    the CPU and said "no GPU"."""
+    if torch.version.cuda is None or not glob.glob(nodes) or torch.cuda.is_available():
+        return ""
+    try:
+        torch._C._cuda_init()  # raises with the driver's reason where is_available() only warns
+    except Exception as error:  # noqa: BLE001  (the reason is the answer)
+        return (str(error).strip().splitlines() or [type(error).__name__])[0][:400]
+    return ""
 
 
 def _builds(side: Side) -> Callable[[Call, str], Extension]:

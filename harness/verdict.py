@@ -38,6 +38,12 @@ from dice_lsp.harness.trials import ONE_TRIAL_AT_LEAST, merged_comparisons, merg
 
 log = logging.getLogger(__name__)
 
+# The log of a check whose worker could not start CUDA in its sandbox: what to try, and what to send
+SANDBOX_CUDA_HINT = ("The GPU's device nodes were shown to the worker, but the NVIDIA driver failed inside the sandbox. "
+                     "`python benchmarks/gpu_sandbox_probe.py` (from the repository) starts CUDA in sandboxes that "
+                     "differ in one part at a time and says which part the driver needs; please report its table. "
+                     "Options(sandbox='off') checks without the sandbox, for code you trust.")
+
 
 @dataclass(frozen=True)
 class Parsed:
@@ -198,6 +204,9 @@ class Check:
         self.record.diagnostics = tuple(diagnostics.place(
             [r for e in extensions for r in diagnostics.parse(e.output)], [e.layout for e in extensions],
             self.anatomy, self.solution))
+        if options.device != "cpu" and built.cuda_error:
+            return self.record.report("crashed", f"CUDA did not start in the solution's sandbox, though this machine "
+                                      f"has a GPU: {built.cuda_error}", SANDBOX_CUDA_HINT)
         if any(e.with_cuda for e in extensions) and (options.device == "cpu" or not built.cuda_available):
             return self.record.report("built-not-run", "built, not run: no GPU")
         return built

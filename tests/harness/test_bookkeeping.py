@@ -26,7 +26,12 @@ def flagged(report: Report) -> dict[str, str]:
 
 
 def check(files, options, body: list[str], prelude: str = "") -> Report:
-    return harness.check(files.text("add_reference.py"), files.solution("\n        ".join(body), prelude), options)
+    """The check of a solution whose forward is `body`; it must get as far as comparing outputs, so that an attack's
+    test cannot pass on a build or start that failed for another reason."""
+    report = harness.check(files.text("add_reference.py"), files.solution("\n        ".join(body), prelude),
+                           options)
+    assert report.status in ("correct", "mismatch"), (report.summary(), report.message, (report.log or "")[-2000:])
+    return report
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +259,10 @@ def _gpu_check(files, gpu, body: list[str], prelude: str = "") -> Report:
 ], ids=["clone-hook", "relabel", "rebound-draw"])
 def test_on_a_gpu_bookkeeping_attacks_are_caught(files, gpu, body, prelude):
     report = _gpu_check(files, gpu, body, prelude)
-    assert report.status != "correct" or flagged(report) and report.speedup_eager is None, \
+    # It ran on the GPU and got past verify (on the H100 of 2026-12-07, "built, not run: no GPU" passed here), then
+    # was caught: a mismatch, or a finding and no speedup
+    assert report.status in ("correct", "mismatch") and report.device not in ("", "cpu"), report.summary()
+    assert report.status == "mismatch" or flagged(report) and report.speedup_eager is None, \
         (report.summary(), report.findings)
 
 

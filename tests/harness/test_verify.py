@@ -156,3 +156,17 @@ def test_a_later_call_is_held_to_a_sample_of_the_verified_outputs_at_any_size():
     nudged = big.clone()
     nudged.view(-1)[kept[0][1][0]] += 1.0  # one sampled element off
     assert "output[0] differs by up to 1" in verify.matches([nudged, torch.arange(5.0)], kept, 1e-5, 1e-5)
+
+
+def test_a_cuda_that_fails_beside_a_gpus_nodes_gives_the_drivers_reason(tmp_path):
+    """A worker whose sandbox shows the GPU's nodes but where the driver fails (error 304 on the H100 of 2026-12-07)
+    says why, so the check reports it instead of "no GPU". Here no driver is installed: a node's name stands in."""
+    cuda_failure = stages.cuda_failure
+    if torch.version.cuda is None:
+        pytest.skip("this torch has no CUDA")
+    assert cuda_failure(str(tmp_path / "nvidia[0-9]*")) == ""  # no node: no GPU, nothing failed
+    (tmp_path / "nvidia0").touch()
+    if torch.cuda.is_available():
+        assert cuda_failure(str(tmp_path / "nvidia[0-9]*")) == ""
+    else:
+        assert "driver" in cuda_failure(str(tmp_path / "nvidia[0-9]*")).lower()

@@ -1,0 +1,140 @@
+"""Which part of the worker's sandbox keeps CUDA from starting, on a GPU machine: one short device call.
+
+On the H100 of 2026-12-07 (0f95c90) CUDA failed inside every sandboxed worker with `cudaGetDeviceCount() ... Error
+304: OS call failed or operation not supported on this OS`, as root and as nobody, where at 023c6bf (the whole root
+shown read-only, no socket filter for a root worker) it started. Issue 34 changed two things since: the view (only
+the system's folders and the runtime's) and the seccomp filter (no AF_UNIX or AF_VSOCK sockets, no io_uring). This
+starts CUDA in sandboxes that differ in one of them at a time, and, where strace is installed, lists the calls that
+failed in the sandbox as the checks make it. Run from the repo root:
+
+    python benchmarks/gpu_sandbox_probe.py [--out DIR]
+
+It writes a table (variant, uid, whether CUDA started, the error) to stdout and DIR/sandbox_probe.md. The variants
+are made by swapping the functions `harness.sandbox` reads (its view's paths, its filter), in this process only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from dice_lsp.harness import sandbox, seccomp
+
+START_CUDA = r'''
+import json, os
+import dice_lsp.harness.sandbox as s
+s.become_from_environment()
+said = {"uid": os.getuid()}
+try:
+    import torch
+    torch._C._cuda_init()
+    said["devices"] = torch.cuda.device_count()
+    said["sum"] = float(torch.ones(1 << 10, device="cuda").sum())
+except Exception as error:  # the driver's reason is what this probe is for
+    said["error"] = str(error).strip().splitlines()[0][:300]
+print("PROBE " + json.dumps(said))
+'''
+
+
+def attempt(found: sandbox.Availability, user: int, argv: list[str] | None = None) -> dict:
+    room = sandbox.Room(scratch_mb=256, gpu=True, user=user)
+    env = sandbox.scrub(dict(os.environ)) | ({sandbox.USER_VARIABLE: str(user)} if user else {})
+    argv = argv or [sys.executable, "-c", START_CUDA]
+    process, _pid = sandbox.spawn(argv, room, found.tool, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+    try:
+        said, _ = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        said, _ = process.communicate()
+        return {"error": "timed out after 120 s", "output": said[-2000:]}
+    lines = [line for line in said.splitlines() if line.startswith("PROBE ")]
+    if not lines:
+        return {"error": f"no answer (exit {process.returncode})", "output": said[-2000:]}
+    return json.loads(lines[-1][len("PROBE "):]) | {"output": said[-2000:]}
+
+
+class Swapped:
+    """A variant: swap `sandbox.<name>` (or `seccomp.<name>`) for the length of a `with`."""
+
+    def __init__(self, **swaps) -> None:
+        self.swaps = swaps
+        self.kept: dict = {}
+
+    def __enter__(self) -> None:
+        for name, value in self.swaps.items():
+            module = seccomp if name.isupper() else sandbox
+            self.kept[name] = getattr(module, name)
+            setattr(module, name, value)
+        seccomp.program.cache_clear()
+
+    def __exit__(self, *_exc) -> None:
+        for name, value in self.kept.items():
+            setattr(seccomp if name.isupper() else sandbox, name, value)
+        seccomp.program.cache_clear()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    args = parser.parse_args()
+    found = sandbox.status()
+    if not found.available:
+        print(f"the sandbox cannot start here: {found.reason}")
+        return 2
+    nobody = found.user if os.geteuid() == 0 else 0
+    variants = [
+        ("as the checks make it", {}),
+        ("no seccomp filter (a root worker only)", {"seccomp_program": lambda: None}),
+        ("the whole root shown read-only", {"system_paths": lambda: ["/"]}),
+        ("the whole root, no filter (023c6bf's root worker)", {"system_paths": lambda: ["/"],
+                                                               "seccomp_program": lambda: None}),
+        # The filter's socket rule with AF_UNIX let through in AF_INET6's place (CUDA needs no IPv6)
+        ("the filter, AF_UNIX allowed", {"AF_INET6": 1}),
+    ]
+    # Where the view is what fails: the host's folders it leaves out, one group at a time (as root)
+    shown = sandbox.system_paths
+    for extra in (["/etc"], ["/run", "/var"], ["/usr/share", "/usr/local"], ["/opt", "/srv", "/home"]):
+        variants.append((f"the view and {', '.join(extra)}", {"system_paths": lambda extra=extra: shown() + extra}))
+    rows = []
+    for name, swaps in variants:
+        for user in dict.fromkeys((0, nobody)):
+            if user and ("seccomp_program" in swaps or name.startswith("the view and")):
+                continue  # a user's drop needs the filter; the view's narrowing is asked as root alone
+            with Swapped(**swaps):
+                said = attempt(found, user)
+            rows.append((name, user, said))
+            print(f"{name}, uid {user}: {json.dumps({k: v for k, v in said.items() if k != 'output'})}", flush=True)
+    strace = shutil.which("strace")
+    traced = ""
+    if strace:
+        # Traced in the sandbox as the checks make it, as root; the trace stays in its /tmp, so it is read there.
+        # Failed calls but the imports' searches (a missing file the driver wanted is among the rest)
+        script = (f"{strace} -f -qq -o /tmp/cuda.strace -e trace=%file,%network,%ipc,ioctl,prctl "
+                  f"{sys.executable} -c \"$0\"; grep -E '= -1 E' /tmp/cuda.strace | "
+                  "grep -v -E 'python|[.]py|site-packages|torch|[.]so|ENOTTY' | tail -80")
+        traced = attempt(found, 0, ["/bin/sh", "-c", script, START_CUDA]).get("output", "")
+    lines = ["| variant | uid | CUDA | error |", "| --- | --- | --- | --- |"]
+    for name, user, said in rows:
+        lines.append(f"| {name} | {user} | {'started' if 'error' not in said else 'failed'} | "
+                     f"{said.get('error', '').replace('|', '/')} |")
+    text = "\n".join(lines) + "\n"
+    if traced:
+        text += "\nstrace of the failing start, the calls that failed:\n\n```\n" + traced[-6000:] + "\n```\n"
+    elif not strace:
+        text += "\n(no strace on this machine)\n"
+    text += "\nOutputs:\n\n" + "\n".join(f"- {name}, uid {user}: `{said.get('output', '')[-600:]}`"
+                                        for name, user, said in rows if "error" in said)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    Path(args.out, "sandbox_probe.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
