@@ -3,9 +3,11 @@
 On the H100 of 2026-12-07 (0f95c90) CUDA failed inside every sandboxed worker with `cudaGetDeviceCount() ... Error
 304: OS call failed or operation not supported on this OS`, as root and as nobody, where at 023c6bf (the whole root
 shown read-only, no socket filter for a root worker) it started. Issue 34 changed two things since: the view (only
-the system's folders and the runtime's) and the seccomp filter (no AF_UNIX or AF_VSOCK sockets, no io_uring). This
-starts CUDA in sandboxes that differ in one of them at a time, and, where strace is installed, lists the calls that
-failed in the sandbox as the checks make it. Run from the repo root:
+the system's folders and the runtime's) and the seccomp filter (no AF_UNIX or AF_VSOCK sockets, no io_uring). Since
+then a GPU worker's filter allows AF_UNIX until CUDA has started (the driver may look for an MPS server through a
+unix socket), then closes on every thread. This starts CUDA in sandboxes that differ in one part at a time, says
+whether unix sockets are refused after the close and CUDA still works, and, where strace is installed, lists the
+calls that failed in the sandbox as the checks make it. Run from the repo root:
 
     python benchmarks/gpu_sandbox_probe.py [--out DIR]
 
@@ -35,6 +37,15 @@ try:
     torch._C._cuda_init()
     said["devices"] = torch.cuda.device_count()
     said["sum"] = float(torch.ones(1 << 10, device="cuda").sum())
+    import socket
+    import dice_lsp.harness.worker as worker
+    worker.close_unix_after_cuda()  # as a GPU worker does before its first command
+    try:
+        socket.socket(socket.AF_UNIX).close()
+        said["unix after"] = "made"
+    except OSError as error:
+        said["unix after"] = error.errno
+    said["sum after"] = float(torch.full((1 << 20,), 2.0, device="cuda").sum())  # CUDA goes on without the door
 except Exception as error:  # the driver's reason is what this probe is for
     said["error"] = str(error).strip().splitlines()[0][:300]
 print("PROBE " + json.dumps(said))
@@ -60,7 +71,7 @@ def attempt(found: sandbox.Availability, user: int, argv: list[str] | None = Non
 
 
 class Swapped:
-    """A variant: swap `sandbox.<name>` (or `seccomp.<name>`) for the length of a `with`."""
+    """A variant: swap `sandbox.<name>` for the length of a `with`."""
 
     def __init__(self, **swaps) -> None:
         self.swaps = swaps
@@ -68,15 +79,12 @@ class Swapped:
 
     def __enter__(self) -> None:
         for name, value in self.swaps.items():
-            module = seccomp if name.isupper() else sandbox
-            self.kept[name] = getattr(module, name)
-            setattr(module, name, value)
-        seccomp.program.cache_clear()
+            self.kept[name] = getattr(sandbox, name)
+            setattr(sandbox, name, value)
 
     def __exit__(self, *_exc) -> None:
         for name, value in self.kept.items():
-            setattr(seccomp if name.isupper() else sandbox, name, value)
-        seccomp.program.cache_clear()
+            setattr(sandbox, name, value)
 
 
 def main() -> int:
@@ -88,14 +96,14 @@ def main() -> int:
         print(f"the sandbox cannot start here: {found.reason}")
         return 2
     nobody = found.user if os.geteuid() == 0 else 0
+    strict = seccomp.program(unix=False)
     variants = [
-        ("as the checks make it", {}),
-        ("no seccomp filter (a root worker only)", {"seccomp_program": lambda: None}),
+        ("as the checks make it (AF_UNIX until CUDA started)", {}),
+        ("AF_UNIX refused from the start (0f95c90)", {"seccomp_program": lambda **_: strict}),
+        ("no seccomp filter (a root worker only)", {"seccomp_program": lambda **_: None}),
         ("the whole root shown read-only", {"system_paths": lambda: ["/"]}),
         ("the whole root, no filter (023c6bf's root worker)", {"system_paths": lambda: ["/"],
-                                                               "seccomp_program": lambda: None}),
-        # The filter's socket rule with AF_UNIX let through in AF_INET6's place (CUDA needs no IPv6)
-        ("the filter, AF_UNIX allowed", {"AF_INET6": 1}),
+                                                               "seccomp_program": lambda **_: None}),
     ]
     # Where the view is what fails: the host's folders it leaves out, one group at a time (as root)
     shown = sandbox.system_paths
@@ -119,9 +127,11 @@ def main() -> int:
                   f"{sys.executable} -c \"$0\"; grep -E '= -1 E' /tmp/cuda.strace | "
                   "grep -v -E 'python|[.]py|site-packages|torch|[.]so|ENOTTY' | tail -80")
         traced = attempt(found, 0, ["/bin/sh", "-c", script, START_CUDA]).get("output", "")
-    lines = ["| variant | uid | CUDA | error |", "| --- | --- | --- | --- |"]
+    lines = ["| variant | uid | CUDA | unix socket after the close | CUDA after it | error |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for name, user, said in rows:
         lines.append(f"| {name} | {user} | {'started' if 'error' not in said else 'failed'} | "
+                     f"{said.get('unix after', '')} | {said.get('sum after', '')} | "
                      f"{said.get('error', '').replace('|', '/')} |")
     text = "\n".join(lines) + "\n"
     if traced:

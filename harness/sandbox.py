@@ -212,14 +212,15 @@ def spawn(argv: list[str], room: Room, tool: str, inside: dict[str, str], start:
     info_read, info_write = os.pipe()
     ours = [info_write]
     block_read = block_write = seccomp_read = None
-    if room.user or seccomp_program() is not None:  # a user's drop needs it; elsewhere it holds where it is known
-        seccomp_read = _pipe_holding(seccomp_program())
+    program = seccomp_program(unix=room.gpu)  # a GPU worker's closes to unix sockets once CUDA started (close_unix)
+    if room.user or program is not None:  # a user's drop needs it; elsewhere it holds where it is known
+        seccomp_read = _pipe_holding(program)
         ours.append(seccomp_read)
     if room.user:
         block_read, block_write = os.pipe()
         ours.append(block_read)
     if seccomp_read is not None:
-        inside = {**inside, SANDBOXED_VARIABLE: "1"}
+        inside = {**inside, SANDBOXED_VARIABLE: "1", **({UNIX_OPEN_VARIABLE: "1"} if room.gpu else {})}
     args = wrap(argv, room, tool, inside, info_fd=info_write, block_fd=block_read, seccomp_fd=seccomp_read)
     try:
         run = start or (lambda popen_class, *a, **k: popen_class(*a, **k))
@@ -277,9 +278,27 @@ def become_from_environment() -> None:
         become(int(uid))
     if os.environ.pop(SANDBOXED_VARIABLE, ""):
         sys.addaudithook(_socket_audit)
+    global _unix_open
+    _unix_open = os.environ.pop(UNIX_OPEN_VARIABLE, "") == "1"
+
+
+def close_unix() -> None:
+    """In a GPU worker once CUDA has started, before any candidate code: unix sockets refused from here on, on every
+    thread (`seccomp.close_unix`). Nothing to do in a worker whose filter refused them from the start."""
+    global _unix_open
+    if _unix_open:
+        seccomp.close_unix()
+        _unix_open = False
+
+
+def unix_open() -> bool:
+    """Whether this worker's filter still lets it make unix sockets (a GPU worker before `close_unix`)."""
+    return _unix_open
 
 
 SANDBOXED_VARIABLE = "DICE_HARNESS_SANDBOXED"  # set by `spawn`: the worker runs under the seccomp filter
+UNIX_OPEN_VARIABLE = "DICE_HARNESS_UNIX_OPEN"  # set by `spawn` for a GPU room: its filter allows AF_UNIX for now
+_unix_open = False
 _FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET", 38: "AF_ALG",
              40: "AF_VSOCK"}
 _refused: list[str] = []
@@ -325,9 +344,10 @@ def become(uid: int) -> None:
         raise SystemExit(f"the sandbox's worker could not become uid {uid} without capabilities ({held})")
 
 
-def seccomp_program() -> bytes | None:
-    """The filter every sandboxed worker runs under (`harness.seccomp`)."""
-    return seccomp.program()
+def seccomp_program(unix: bool = False) -> bytes | None:
+    """The filter every sandboxed worker runs under (`harness.seccomp`); with `unix`, a GPU worker's until it has
+    started CUDA."""
+    return seccomp.program(unix=unix)
 
 
 def _pipe_holding(data: bytes | None) -> int:

@@ -9,12 +9,14 @@ vsock services share one port space with it), no AF_UNIX socket at all, since a 
 network namespace's own, but go with them); socketpair only of connected kinds (stream, seqpacket: a datagram pair can
 `sendto` a path); io_uring (ENOSYS: its operations create and connect sockets past this filter); clone3 (ENOSYS:
 its flags are out of a filter's reach; libc falls back to clone); another architecture's calls (i386, x32) end the
-process or fail. glibc copes with a refused unix socket (nscd, syslog), and nothing the harness or torch runs in a
+process or fail. A GPU worker's filter allows AF_UNIX until the worker has started CUDA, then the worker adds this
+one on all its threads (`close_unix`), before any candidate code. glibc copes with a refused unix socket (nscd, syslog), and nothing the harness or torch runs in a
 worker needs one; Landlock's LANDLOCK_ACCESS_FS_RESOLVE_UNIX (kernels after 6.19) could refuse only the paths.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import platform
 import struct
@@ -43,14 +45,43 @@ _MACHINES = {
 }
 
 
-@functools.lru_cache(maxsize=1)
-def program() -> bytes | None:
-    """The filter as classic BPF, ready for bwrap's --seccomp; None on machines it does not know."""
+@functools.lru_cache(maxsize=2)
+def program(unix: bool = False) -> bytes | None:
+    """The filter as classic BPF, ready for bwrap's --seccomp; None on machines it does not know. `unix`: AF_UNIX
+    sockets too, for a GPU worker while the driver starts (`close_unix`)."""
     known = _MACHINES.get(platform.machine())
-    return None if known is None else assemble(_instructions(*known))
+    return None if known is None else assemble(_instructions(*known, unix=unix))
 
 
-def _instructions(arch: int, x32: int, calls: dict[str, int]) -> list[tuple]:
+# seccomp(2): its number per machine, the operation that adds a filter, and the flag that puts it on every thread
+_SECCOMP_CALL = {"x86_64": 317, "aarch64": 277}
+_SET_MODE_FILTER, _FILTER_FLAG_TSYNC, _PR_SET_NO_NEW_PRIVS = 1, 1, 38
+
+
+class _Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def close_unix() -> None:
+    """Add the filter without AF_UNIX to every thread of this process (filters stack: the stricter answer wins).
+    A GPU worker starts under `program(unix=True)`: the CUDA driver of the H100 of 2026-12-07 failed to start
+    (error 304) where AF_UNIX sockets were refused, so its worker starts CUDA first, then calls this before any
+    candidate code runs. On every thread at once (TSYNC): the driver's own threads run a candidate's host callbacks.
+    Ends the process when it cannot, rather than run a candidate with the door open."""
+    code = program(unix=False)
+    number = _SECCOMP_CALL.get(platform.machine())
+    if code is None or number is None:
+        raise SystemExit("no seccomp filter for this machine's architecture")
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(code, len(code))
+    filters = _Program(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    libc.syscall.restype = ctypes.c_long
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(
+            number, _SET_MODE_FILTER, _FILTER_FLAG_TSYNC, ctypes.byref(filters)) != 0:
+        raise SystemExit(f"the worker could not close its filter to unix sockets (errno {ctypes.get_errno()})")
+
+
+def _instructions(arch: int, x32: int, calls: dict[str, int], unix: bool = False) -> list[tuple]:
     """(code, jump-if-true label, jump-if-false label, k) with labels resolved by `assemble`; a label is a str,
     0 falls through."""
     refuse, unsupported = _ERRNO | EPERM, _ERRNO | ENOSYS
@@ -65,6 +96,7 @@ def _instructions(arch: int, x32: int, calls: dict[str, int]) -> list[tuple]:
              (_RET, 0, 0, _ALLOW),
              ("namespace",), (_LD_W_ABS, 0, 0, _arg(0)), (_JSET, "refuse", 0, CLONE_NEWUSER), (_RET, 0, 0, _ALLOW),
              ("socket",), (_LD_W_ABS, 0, 0, _arg(0)), (_JEQ, "allow", 0, AF_INET), (_JEQ, "allow", 0, AF_INET6),
+             *([(_JEQ, "allow", 0, AF_UNIX)] if unix else []),
              (_JEQ, 0, "refuse", AF_NETLINK), (_LD_W_ABS, 0, 0, _arg(2)), (_JEQ, "allow", "refuse", NETLINK_ROUTE),
              ("socketpair",), (_LD_W_ABS, 0, 0, _arg(0)), (_JEQ, 0, "refuse", AF_UNIX), (_LD_W_ABS, 0, 0, _arg(1)),
              (_ALU_AND_K, 0, 0, SOCK_TYPE_MASK), (_JEQ, "allow", 0, SOCK_STREAM),

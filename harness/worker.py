@@ -98,6 +98,14 @@ def warm_up_cuda(device: str) -> str:
     return ""
 
 
+def close_unix_after_cuda() -> None:
+    """A GPU worker: the driver starts (cuInit) while the filter still allows the unix socket it may make, then no
+    thread may make one (`sandbox.close_unix`), before the first command, so before any candidate code."""
+    if sandbox.unix_open():
+        torch.cuda.is_available()
+        sandbox.close_unix()
+
+
 def main() -> int:
     reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     sandbox.become_from_environment()  # before any command: a root caller's candidates never run as root
@@ -107,6 +115,7 @@ def main() -> int:
         undumpable()
     started = time.perf_counter()
     warm = warm_up_cuda(limits.warm_device) if limits.warm_device else ""
+    close_unix_after_cuda()
     warm_seconds = time.perf_counter() - started
 
     side = Side()

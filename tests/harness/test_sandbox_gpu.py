@@ -28,6 +28,8 @@ import json, os, socket
 import torch
 x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
 total = float((x * 2).sum())
+import dice_lsp.harness.worker as worker
+worker.close_unix_after_cuda()  # as a GPU worker does once CUDA has started, before any candidate code
 try:
     socket.socket(socket.AF_UNIX)
     unix = "made"

@@ -141,6 +141,45 @@ for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
             listener.close()
 
 
+CLOSE_UNIX = """
+import socket, threading
+import dice_lsp.harness.sandbox as s
+import dice_lsp.harness.worker as worker
+
+def attempt():
+    try:
+        socket.socket(socket.AF_UNIX).close()
+        return "made"
+    except OSError as error:
+        return error.errno
+
+before, found, ready, go = attempt(), {}, threading.Event(), threading.Event()
+
+def started_before():  # a thread that was running when the filter closed, as the CUDA driver's are
+    ready.set()
+    go.wait()
+    found["thread"] = attempt()
+
+thread = threading.Thread(target=started_before)
+thread.start()
+ready.wait()
+worker.close_unix_after_cuda()  # as the worker does before its first command
+go.set()
+thread.join()
+socket.socket(socket.AF_INET).close()  # the worker's own network namespace stays usable
+print(before, attempt(), found["thread"], s.unix_open())
+"""
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu-room", "cpu-room"])
+def test_a_gpu_workers_unix_sockets_close_on_every_thread_before_candidate_code(found, gpu):
+    """A GPU worker starts with AF_UNIX allowed, since the CUDA driver may need a unix socket to start, and closes
+    the door on all its threads (the driver's run a candidate's host callbacks) before it reads a command; a CPU
+    worker never had it open."""
+    seen = inside(found, CLOSE_UNIX, sandbox.Room(scratch_mb=8, gpu=gpu, user=found.user)).split()
+    assert seen[-4:] == (["made", "1", "1", "False"] if gpu else ["1", "1", "1", "False"]), seen
+
+
 def test_io_uring_cannot_open_sockets_past_the_filter(found):
     """io_uring's operations make and connect sockets without the socket system call the filter reads."""
     code = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
