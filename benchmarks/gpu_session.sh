@@ -18,7 +18,8 @@
 #   defences  the sandbox's and the watched time stage's GPU tests (issues 34 and 36; the list is below)
 #   all    call1 and call2 in one pytest, for a call longer than 10 minutes
 #   bench  the decode and build benchmarks (benchmarks/decode.py, build.py)
-#   probe  which part of the worker's sandbox keeps CUDA from starting (benchmarks/gpu_sandbox_probe.py; a minute)
+#   probe  which part of the worker's sandbox keeps CUDA from starting (benchmarks/gpu_sandbox_probe.py, a minute
+#          or two), then the defences set below
 #   PATH   test files or node ids, as one set
 # Further arguments go to pytest (`-k EXPR`, `-x`, ...).
 #
@@ -96,7 +97,8 @@ case "$set_name" in
     smoke) tests=("${smoke[@]}") ;;
     defences) tests=("${defences[@]}") ;;
     all) mapfile -t extra < <(others); tests=("${call1[@]}" "${call2[@]}" "${extra[@]}" "$call2_last") ;;
-    bench | probe) tests=() ;;
+    bench) tests=() ;;
+    probe) tests=("${defences[@]}") ;;
     *) tests=("$set_name") ;;
 esac
 
@@ -147,23 +149,6 @@ setup_s=$((SECONDS - started))
 log "setup: done"
 : > "$out/RESULTS.md"  # this run's sections only: append them to benchmarks/RESULTS.md
 
-if [ "${#tests[@]}" -gt 0 ]; then
-    # pytest gets what the budget leaves but 15 s: at its end SIGINT, so pytest still tears down and prints its
-    # summary and durations, then SIGKILL 10 s later, and the record takes a second
-    left=$((budget - (SECONDS - started) - 15))
-    [ "$set_name" = smoke ] && test_timeout="${TEST_TIMEOUT:-150}" || test_timeout="${TEST_TIMEOUT:-400}"
-    log "tests: ${tests[*]} $* (limit ${left} s, a test's most ${test_timeout} s)"
-    export DICE_TEST_RECORD="$out" DICE_TEST_EARLY_BUILDS=1
-    timeout -s INT -k 10 "$left" python3 -m pytest -m gpu -v --durations=25 --durations-min=1 \
-        -o faulthandler_timeout="${HANG_DUMP:-90}" --timeout="$test_timeout" "${tests[@]}" "$@" >> "$out/tests.log" 2>&1
-    code=$?
-    log "tests: pytest exit $code$([ "$code" -eq 124 ] && echo ' (cut at the limit)') after $((SECONDS - started - setup_s)) s"
-    touch "$out/failures.log" "$out/outcomes.jsonl"
-    python3 benchmarks/gpu_record.py "$out/outcomes.jsonl" --set "$set_name${*:+ $*}" --card "$card" --commit "$commit" \
-        --setup-s "$setup_s" --exit "$code" --ended "$(date +%s)" --results "$out/RESULTS.md" >> "$out/session.log" 2>&1 ||
-        log "the record failed (session.log)"
-fi
-
 # limit OWN: a stage's seconds, cut to what the budget has left; 0 when under 30 s are left (the stage is skipped)
 limit() {
     local left=$((budget - (SECONDS - started)))
@@ -186,6 +171,28 @@ stage() {
     local code=$?
     log "$name: exit $code$([ "$code" -eq 124 ] && echo ' (timed out)') after $((SECONDS - begun)) s"
 }
+
+if [ "$set_name" = probe ]; then  # the sandbox's CUDA first: the defences' tests after it say the rest
+    stage "sandbox probe" "$(limit "${PROBE_LIMIT:-150}")" "$out/probe.log" \
+        python3 benchmarks/gpu_sandbox_probe.py --out "$out"
+fi
+
+if [ "${#tests[@]}" -gt 0 ]; then
+    # pytest gets what the budget leaves but 15 s: at its end SIGINT, so pytest still tears down and prints its
+    # summary and durations, then SIGKILL 10 s later, and the record takes a second
+    left=$((budget - (SECONDS - started) - 15))
+    [ "$set_name" = smoke ] && test_timeout="${TEST_TIMEOUT:-150}" || test_timeout="${TEST_TIMEOUT:-400}"
+    log "tests: ${tests[*]} $* (limit ${left} s, a test's most ${test_timeout} s)"
+    export DICE_TEST_RECORD="$out" DICE_TEST_EARLY_BUILDS=1
+    timeout -s INT -k 10 "$left" python3 -m pytest -m gpu -v --durations=25 --durations-min=1 \
+        -o faulthandler_timeout="${HANG_DUMP:-90}" --timeout="$test_timeout" "${tests[@]}" "$@" >> "$out/tests.log" 2>&1
+    code=$?
+    log "tests: pytest exit $code$([ "$code" -eq 124 ] && echo ' (cut at the limit)') after $((SECONDS - started - setup_s)) s"
+    touch "$out/failures.log" "$out/outcomes.jsonl"
+    python3 benchmarks/gpu_record.py "$out/outcomes.jsonl" --set "$set_name${*:+ $*}" --card "$card" --commit "$commit" \
+        --setup-s "$setup_s" --exit "$code" --ended "$(date +%s)" --results "$out/RESULTS.md" >> "$out/session.log" 2>&1 ||
+        log "the record failed (session.log)"
+fi
 
 if [ "$set_name" = bench ]; then
     plain=""
@@ -216,9 +223,5 @@ if [ "$set_name" = bench ]; then
         stage "re-check steps" "$(limit "${STEPS_LIMIT:-120}")" "$out/build.log" \
             python3 benchmarks/recheck_steps.py --cache /tmp/dice-bench-cache
     fi
-fi
-if [ "$set_name" = probe ]; then
-    stage "sandbox probe" "$(limit "${PROBE_LIMIT:-300}")" "$out/probe.log" \
-        python3 benchmarks/gpu_sandbox_probe.py --out "$out"
 fi
 log "done in $((SECONDS - started)) s of a $budget s budget"

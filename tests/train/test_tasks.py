@@ -1,7 +1,7 @@
 """The task generator: every template renders solutions the anatomy reads as honest (one DICE split, kernels, no
 warnings), references run on the CPU (at a tiny size; the gigabyte sizes live only in the text) and repeat
 themselves, ModelNew holds the same parameters as Model after the same seed, splits hold out whole parameter
-combinations and whole layouts, one task per family compiles with nvcc (slow), and on a GPU one instance of every
+combinations and whole layouts, one task per device-code feature compiles with nvcc (slow), and on a GPU one instance of every
 template passes the harness.
 """
 
@@ -217,18 +217,17 @@ def test_data_tasks_writes_pairs_curate_and_sft_read(tmp_path):
     assert len(read_pairs(target)) == 12
 
 
-# One representative per family, chosen to cover each distinct code feature (float4, structs by value, shuffles,
-# shared-memory trees, tiles, two kernels on one stream).
-REPRESENTATIVES = [("unary", "float4"), ("activation", "grid_stride"), ("binary", "strided"),
-                   ("reduction", "warp_per_row"), ("softmax", "block_row"), ("norm", "warp_row"),
-                   ("matmul", "tiled"), ("fusion", "scale_softmax_two_kernel"), ("pooling", "max"),
-                   ("scan", "warp_row"), ("loss", "row_warp"), ("conv", "separable"), ("conv", "transposed"),
-                   ("attention", "block_per_query"), ("matmul", "strided_tiled"), ("norm", "group_rows"),
-                   ("norm", "frobenius"), ("reduction", "arg_thread_per_output")]
+# Templates whose CUDA covers each distinct device-code feature the generator writes, compiled with nvcc on the CPU
+# machine: float4 loads, structs passed by value, warp shuffles, shared-memory trees and tiles, atomics, two kernels on
+# one stream. Nine, not one per family: each build costs ~16 s of CI's two cores (18 took 287 s of a 30-minute CI on
+# 2026-12-07), and the GPU suite builds and runs every template (test_one_instance_of_every_template_is_correct_on_a_gpu)
+REPRESENTATIVES = [("unary", "float4"), ("binary", "strided"), ("matmul", "tiled"),
+                   ("fusion", "scale_softmax_two_kernel"), ("loss", "row_warp"), ("attention", "block_per_query"),
+                   ("conv", "transposed"), ("norm", "frobenius"), ("pooling", "max")]
 
 
 @pytest.mark.slow
-def test_one_task_per_family_compiles_with_nvcc():
+def test_one_task_per_device_code_feature_compiles_with_nvcc():
     from dice_lsp.harness import Options, check_many
 
     tasks = [render(family, name, 0) for family, name in REPRESENTATIVES]
