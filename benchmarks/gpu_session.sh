@@ -8,6 +8,8 @@
 #     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh call1", carry=[".whl"], timeout_s=600)
 #     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh call2", carry=[".whl"], timeout_s=600)
 #     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh smoke", carry=[".whl"], timeout_s=240)
+#     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh probe", carry=[".whl"], timeout_s=300)
+# (probe first while CUDA has not yet been seen to start in the worker's sandbox: see benchmarks/gpu_sandbox_probe.py)
 # then append $OUT/RESULTS.md (this run's sections only) to benchmarks/RESULTS.md here, and give the machine back.
 #
 # SET, the first argument:
