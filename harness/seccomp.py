@@ -67,7 +67,8 @@ def close_unix() -> None:
     A GPU worker starts under `program(unix=True)`: the CUDA driver of the H100 of 2026-12-07 failed to start
     (error 304) where AF_UNIX sockets were refused, so its worker starts CUDA first, then calls this before any
     candidate code runs. On every thread at once (TSYNC): the driver's own threads run a candidate's host callbacks.
-    Ends the process when it cannot, rather than run a candidate with the door open."""
+    Ends the process when it cannot, rather than run a candidate with the door open. What it leaves: a socket the
+    driver connected before the close (to an MPS server, on a machine that runs one) stays open in the process."""
     code = program(unix=False)
     number = _SECCOMP_CALL.get(platform.machine())
     if code is None or number is None:
