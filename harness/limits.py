@@ -55,7 +55,7 @@ def environment(options: Options, extra: dict[str, str], warm: bool, role: str) 
 def uses_gpu(options: Options) -> bool:
     """Whether a worker for `options` may use a GPU: not with device "cpu", nor where no NVIDIA device node exists
     (then "auto" means the CPU, and the worker's address space can be limited)."""
-    return options.device != "cpu" and bool(glob.glob("/dev/nvidia[0-9]*"))
+    return options.device != "cpu" and bool(glob.glob(view.GPU_NODE))
 
 
 def memory_limit_gb(options: Options) -> float:

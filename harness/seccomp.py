@@ -10,8 +10,8 @@ network namespace's own, but go with them); socketpair only of connected kinds (
 `sendto` a path); io_uring (ENOSYS: its operations create and connect sockets past this filter); clone3 (ENOSYS:
 its flags are out of a filter's reach; libc falls back to clone); another architecture's calls (i386, x32) end the
 process or fail. A GPU worker's filter allows AF_UNIX until the worker has started CUDA, then the worker adds this
-one on all its threads (`close_unix`), before any candidate code. glibc copes with a refused unix socket (nscd, syslog), and nothing the harness or torch runs in a
-worker needs one; Landlock's LANDLOCK_ACCESS_FS_RESOLVE_UNIX (kernels after 6.19) could refuse only the paths.
+one on all its threads (`close_unix`), before any candidate code. glibc copes with a refused unix socket (nscd,
+syslog), and nothing the harness or torch runs in a worker needs one; Landlock's LANDLOCK_ACCESS_FS_RESOLVE_UNIX (kernels after 6.19) could refuse only the paths.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 from dice_lsp.harness import runtime
-from dice_lsp.harness import integrity, light, verify
+from dice_lsp.harness import integrity, light, verify, view
 from dice_lsp.harness.build import Builder, Call, Extension, compile_entry
 from dice_lsp.harness.messages import (Build, BuildAnswer, BuildRequest, Built, Compare, Compared, Compile, Compiled,
                                        Inspect, Inspected, LibraryLine, MakeReference, OutputsSaved, Prepare,
@@ -45,7 +45,7 @@ def build(side: Side, command: Build) -> Built:
                  has_model_new=hasattr(side.module, "ModelNew"), cuda_error=cuda_failure())
 
 
-def cuda_failure(nodes: str = "/dev/nvidia[0-9]*") -> str:
+def cuda_failure(nodes: str = view.GPU_NODE) -> str:
     """Why CUDA did not start in this process though this torch has CUDA and a GPU's device node is here (a GPU
     worker's sandbox binds them); '' when it started or there is no GPU to start. On the H100 of 2026-12-07 the driver
     failed inside the sandbox with error 304 and `torch.cuda.is_available()` only said False: the check then ran on

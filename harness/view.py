@@ -85,6 +85,10 @@ def system_paths() -> list[str]:
     return [p for p in (*SYSTEM, *(f"/etc/{name}" for name in ETC)) if os.path.lexists(p)]
 
 
+# A GPU's own device node (/dev/nvidia0, ...): where one exists, this machine has an NVIDIA GPU for CUDA to start on
+GPU_NODE = "/dev/nvidia[0-9]*"
+
+
 def gpu_nodes() -> list[str]:
     """The device nodes CUDA opens: the GPUs, the control and unified-memory nodes, MIG's capabilities. Not the
     display's (nvidia-modeset, /dev/dri), which compute never needs."""
