@@ -7,7 +7,13 @@ the system's folders and the runtime's) and the seccomp filter (no AF_UNIX or AF
 then a GPU worker's filter allows AF_UNIX until CUDA has started (the driver may look for an MPS server through a
 unix socket), then closes on every thread. This starts CUDA in sandboxes that differ in one part at a time, says
 whether unix sockets are refused after the close and CUDA still works, and, where strace is installed, lists the
-calls that failed in the sandbox as the checks make it. Run from the repo root:
+calls that failed in the sandbox as the checks make it. (CUDA started in every worker at 83b34de, H100, 2026-12-07.)
+
+Then CUDA IPC between two sandboxes, as a check passes a solution's outputs to the reference worker: one worker
+shares a tensor (`verify.share`), another opens it (`verify.receive`), both root or both nobody, the sharing one
+undumpable or not. At 83b34de a nobody solution's outputs could not be opened (`mapping of buffer object failed`)
+where root's could; a process whose uid changed is left undumpable by the kernel, which is the difference the
+variants test. Run from the repo root:
 
     python benchmarks/gpu_sandbox_probe.py [--out DIR]
 
@@ -50,6 +56,64 @@ except Exception as error:  # the driver's reason is what this probe is for
     said["error"] = str(error).strip().splitlines()[0][:300]
 print("PROBE " + json.dumps(said))
 '''
+
+
+SHARE = r'''
+import ctypes, json, os, sys
+import dice_lsp.harness.sandbox as s
+s.become_from_environment()
+ctypes.CDLL(None).prctl(4, int(os.environ["PROBE_DUMPABLE"]), 0, 0, 0)  # PR_SET_DUMPABLE
+import torch
+from dice_lsp.harness import verify, worker
+worker.close_unix_after_cuda()
+x = torch.full((1 << 20,), 3.0, device="cuda")
+print("SHARED " + json.dumps(verify.share([x])), flush=True)
+sys.stdin.readline()  # alive until the other has read it
+'''
+
+OPEN = r'''
+import json, os, sys
+import dice_lsp.harness.sandbox as s
+s.become_from_environment()
+import torch
+from dice_lsp.harness import verify, worker
+worker.close_unix_after_cuda()
+said = {"uid": os.getuid()}
+try:
+    said["sum"] = float(verify.receive(json.loads(sys.stdin.readline()))[0].sum())
+except Exception as error:
+    said["error"] = str(error).strip().splitlines()[0][:300]
+print("PROBE " + json.dumps(said), flush=True)
+'''
+
+
+def ipc(found: sandbox.Availability, user: int, shared_dumpable: bool) -> dict:
+    """CUDA IPC from one sandboxed worker to another, both `user`: the sum of what the opener sees (3 * 2**20)."""
+    env = sandbox.scrub(dict(os.environ)) | ({sandbox.USER_VARIABLE: str(user)} if user else {})
+    sharer, _ = sandbox.spawn([sys.executable, "-c", SHARE], sandbox.Room(scratch_mb=64, gpu=True, user=user),
+                              found.tool, env | {"PROBE_DUMPABLE": str(int(shared_dumpable))},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in sharer.stdout:
+            lines.append(line)
+            if line.startswith("SHARED "):
+                break
+        else:
+            return {"error": f"the sharing worker said no handle (exit {sharer.wait()})", "output": "".join(lines)}
+        opener, _ = sandbox.spawn([sys.executable, "-c", OPEN],
+                                  sandbox.Room(scratch_mb=64, gpu=True, user=user, pid1=False), found.tool, env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        said, _ = opener.communicate(line[len("SHARED "):], timeout=120)
+        answers = [text for text in said.splitlines() if text.startswith("PROBE ")]
+        if not answers:
+            return {"error": f"no answer (exit {opener.returncode})", "output": said[-2000:]}
+        return json.loads(answers[-1][len("PROBE "):]) | {"output": said[-2000:]}
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 120 s"}
+    finally:
+        sharer.kill()
+        sharer.wait()
 
 
 def attempt(found: sandbox.Availability, user: int, argv: list[str] | None = None) -> dict:
@@ -100,24 +164,22 @@ def main() -> int:
     variants = [
         ("as the checks make it (AF_UNIX until CUDA started)", {}),
         ("AF_UNIX refused from the start (0f95c90)", {"seccomp_program": lambda **_: strict}),
-        ("no seccomp filter (a root worker only)", {"seccomp_program": lambda **_: None}),
-        ("the whole root shown read-only", {"system_paths": lambda: ["/"]}),
-        ("the whole root, no filter (023c6bf's root worker)", {"system_paths": lambda: ["/"],
-                                                               "seccomp_program": lambda **_: None}),
     ]
-    # Where the view is what fails: the host's folders it leaves out, one group at a time (as root)
-    shown = sandbox.system_paths
-    for extra in (["/etc"], ["/run", "/var"], ["/usr/share", "/usr/local"], ["/opt", "/srv", "/home"]):
-        variants.append((f"the view and {', '.join(extra)}", {"system_paths": lambda extra=extra: shown() + extra}))
     rows = []
     for name, swaps in variants:
         for user in dict.fromkeys((0, nobody)):
-            if user and ("seccomp_program" in swaps or name.startswith("the view and")):
-                continue  # a user's drop needs the filter; the view's narrowing is asked as root alone
+            if user and "seccomp_program" in swaps:
+                continue  # as root alone
             with Swapped(**swaps):
                 said = attempt(found, user)
             rows.append((name, user, said))
             print(f"{name}, uid {user}: {json.dumps({k: v for k, v in said.items() if k != 'output'})}", flush=True)
+    shares = []
+    for user, shared_dumpable in dict.fromkeys(((0, True), (nobody, False), (nobody, True))):
+        said = ipc(found, user, shared_dumpable)
+        shares.append((user, shared_dumpable, said))
+        print(f"CUDA IPC, uid {user}, sharer dumpable {shared_dumpable}: "
+              f"{json.dumps({k: v for k, v in said.items() if k != 'output'})}", flush=True)
     strace = shutil.which("strace")
     traced = ""
     if strace:
@@ -133,6 +195,11 @@ def main() -> int:
         lines.append(f"| {name} | {user} | {'started' if 'error' not in said else 'failed'} | "
                      f"{said.get('unix after', '')} | {said.get('sum after', '')} | "
                      f"{said.get('error', '').replace('|', '/')} |")
+    lines += ["", "CUDA IPC between two sandboxed workers (3145728.0: the opener read the sharer's tensor):", "",
+              "| uid of both | sharer dumpable | sum the opener read | error |", "| --- | --- | --- | --- |"]
+    for user, shared_dumpable, said in shares:
+        lines.append(f"| {user} | {int(shared_dumpable)} | {said.get('sum', '')} | "
+                     f"{said.get('error', '').replace('|', '/')} |")
     text = "\n".join(lines) + "\n"
     if traced:
         text += "\nstrace of the failing start, the calls that failed:\n\n```\n" + traced[-6000:] + "\n```\n"
@@ -140,6 +207,8 @@ def main() -> int:
         text += "\n(no strace on this machine)\n"
     text += "\nOutputs:\n\n" + "\n".join(f"- {name}, uid {user}: `{said.get('output', '')[-600:]}`"
                                         for name, user, said in rows if "error" in said)
+    text += "\n" + "\n".join(f"- CUDA IPC, uid {user}, dumpable {int(d)}: `{said.get('output', '')[-600:]}`"
+                              for user, d, said in shares if "error" in said)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "sandbox_probe.md").write_text(text)
     print(text)

@@ -86,7 +86,8 @@ smoke=(
 # with the process count, the watched time stage's bookkeeping attacks (outputs staged in a GPU buffer the
 # reference worker opens by CUDA IPC), the GPU attack tests, and one honest check end to end
 defences=(tests/harness/test_sandbox_gpu.py tests/harness/test_bookkeeping.py tests/harness/test_attacks.py
-          tests/harness/test_gpu.py::test_cuda_kernel_is_verified_timed_and_profiled)
+          tests/harness/test_gpu.py::test_cuda_kernel_is_verified_timed_and_profiled
+          tests/harness/test_gpu.py::test_a_root_callers_gpu_check_runs_its_candidate_unprivileged)
 
 gpu_files() { grep -rl "mark.gpu" tests --include="test_*.py" | sort; }
 others() {  # GPU test files in neither call's list

@@ -107,6 +107,10 @@ def round_trials(trials: int, rounds: int, budget_s: float, median_ms: float | N
 
 ROUND_OUTLIER = 0.25  # a round whose median is this much above the middle of the side's round medians is left out
 ROUND_DISAGREE = 0.25  # rounds kept whose medians differ by more than this (fastest to slowest) make a warning
+# ... and by more than this many ms: a pair of CUDA events resolves about half a microsecond, and the round medians of
+# a kernel of a few microseconds move by one or two with the GPU's clock alone (an idle H100 of 2026-12-07 flagged an
+# honest 512x512 add as "another job is likely using this machine")
+ROUND_DISAGREE_FLOOR_MS = 0.002
 ROUND_POINTS = 100  # each round kept stands in the pooled samples as this many of its quantiles
 
 
@@ -145,7 +149,8 @@ def pool(rounds: list[TimedRound], minimum: int = 0) -> Pooled:
                   rounds=len(rounds), round_medians_ms=tuple(medians), rounds_left_out=len(rounds) - len(kept),
                   slow_fraction=sum(s > 2 * stats.median_ms for s in every) / len(every),
                   placements=min(r.placements for r in rounds),
-                  unsteady=max(kept_medians) > min(kept_medians) * (1 + ROUND_DISAGREE))
+                  unsteady=max(kept_medians) > max(min(kept_medians) * (1 + ROUND_DISAGREE),
+                                                   min(kept_medians) + ROUND_DISAGREE_FLOOR_MS))
 
 
 def timer_disagrees(pooled: Pooled, tolerance: float) -> bool:

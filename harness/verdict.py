@@ -169,13 +169,11 @@ class Check:
                             "\"require\" to refuse such checks", self.forward_span(), "warning")]
         if not solution.root_reason:
             return []
-        # A warning where it was turned off or could not start; information for GPU workers, which stay root by
-        # default until that is known to work on a GPU machine (README, Isolation)
-        default = solution.root_reason.startswith("unprivileged_gpu = False")
+        # Turned off, or could not start: a warning either way
         return [Finding("unsandboxed", f"this check's sandbox left the solution's code root to the kernel "
                         f"({solution.root_reason}): it could read root-only files and start processes without a "
                         "count; run the check as another user, or see the README's Isolation section",
-                        self.forward_span(), "information" if default else "warning")]
+                        self.forward_span(), "warning")]
 
     def _build(self, options: Options, reference: Worker, solution: Worker) -> Built | Report:
         """Import the solution, its load_inline calls built by builders of their own; the reference worker makes

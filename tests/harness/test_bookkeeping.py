@@ -251,19 +251,33 @@ def _gpu_check(files, gpu, body: list[str], prelude: str = "") -> Report:
                          _cuda(files, body, prelude), gpu)
 
 
+@pytest.fixture(scope="module")
+def gpu_honest(files, gpu) -> Report:
+    report = _gpu_check(files, gpu, ["return self.add.add_cuda(a, b)"])
+    assert report.status == "correct" and report.speedup_eager is not None, (report.summary(), report.findings)
+    return report
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("body, prelude", [
     ([line.replace("self.ext.add_values", "self.add.add_cuda") for line in CLONE_BODY], MEMO + CLONE_HOOK),
     ([line.replace("self.ext.add_values", "self.add.add_cuda") for line in RELABEL], MEMO),
     ([line.replace("self.ext.add_values", "self.add.add_cuda") for line in REBOUND_DRAW], MEMO),
 ], ids=["clone-hook", "relabel", "rebound-draw"])
-def test_on_a_gpu_bookkeeping_attacks_are_caught(files, gpu, body, prelude):
+def test_on_a_gpu_bookkeeping_attacks_are_caught(files, gpu, gpu_honest, body, prelude):
+    """Caught: a mismatch, a finding with no speedup, or flagged and no faster than the honest kernel. The last is
+    where the relabel ends since the record of inputs left the worker: it finds no record to rewrite, so it answers
+    every call from memory after comparing the inputs with the last (aten::equal), which is slower than the honest
+    kernel (0.11x against eager on the H100 of 2026-12-07), and the profile says PyTorch did the work."""
     report = _gpu_check(files, gpu, body, prelude)
-    # It ran on the GPU and got past verify (on the H100 of 2026-12-07, "built, not run: no GPU" passed here), then
-    # was caught: a mismatch, or a finding and no speedup
+    # It ran on the GPU and got past verify (on the H100 of 2026-12-07, "built, not run: no GPU" passed here)
     assert report.status in ("correct", "mismatch") and report.device not in ("", "cpu"), report.summary()
-    assert report.status == "mismatch" or flagged(report) and report.speedup_eager is None, \
-        (report.summary(), report.findings)
+    if report.status == "mismatch" or report.speedup_eager is None and flagged(report):
+        return
+    assert flagged(report), (report.summary(), report.findings)
+    ours, theirs = report.timings["solution"].median_ms, gpu_honest.timings["solution"].median_ms
+    assert ours >= theirs / 3, (f"{report.summary()}: {ours:.4f} ms against the honest kernel's {theirs:.4f} ms",
+                                report.findings)  # as harmless_or_flagged holds them on the CPU
 
 
 @pytest.mark.gpu

@@ -32,7 +32,7 @@ def test_cuda_kernel_is_verified_timed_and_profiled(files, gpu_options):
     assert 0.5 <= own[0].share <= 1.0 and 0.5 < own[0].time_us < 100 and own[0].launches == 1, own[0]  # per forward
     # (notes about the machine, not the kernel: a GPU worker left root, no memory cgroup there)
     assert [f.code for f in report.findings if f.code not in ("unsandboxed", "memory-uncapped")] == \
-        ["kernel-not-launched"]
+        ["kernel-not-launched"], (report.summary(), report.findings, report.timings)
     assert set(report.timings) == {"solution", "eager", "compile"}
     assert 0.3 < report.speedup_eager < 3.0 and 0.1 < report.speedup_compile < 10.0, report.summary()
     solution, eager = report.timings["solution"], report.timings["eager"]
@@ -80,7 +80,7 @@ def test_work_on_a_side_stream_is_caught_by_the_host_clock(files, gpu_options):
 def test_a_root_callers_gpu_check_runs_its_candidate_unprivileged(files, gpu_options):
     """With unprivileged_gpu on, a root caller's GPU workers run as nobody: the solution sees itself so, its
     outputs still reach the reference by CUDA IPC (the driver's files handed over and given to that user), its kernels
-    are still profiled, and no `unsandboxed` warning says otherwise. Passing here is what turns it on by default."""
+    are still profiled, and no `unsandboxed` warning says otherwise. Passing here is what keeps it on by default."""
     prelude = ("import os\nif 0 in os.getresuid():\n    raise RuntimeError('runs as root')\n")
     report = harness.check(files.text("add_reference.py"), prelude + files.text("cuda_solution.py"),
                            gpu_options.with_(unprivileged_gpu=True, sandbox="require"))

@@ -149,6 +149,15 @@ def test_each_round_weighs_the_same_whatever_its_sample_count():
     assert apart.unsteady and apart.rounds_left_out == 0  # kept (a fast round is never left out), but warned
 
 
+def test_rounds_of_a_few_microseconds_apart_by_less_than_the_floor_are_steady():
+    """A 4 us kernel whose rounds differ by 1.5 us (37 %) agree: that is the GPU clock's and the events' own play;
+    by 3 us they do not."""
+    near = samples.pool([_host([0.0055] * 20), _host([0.0055] * 20), _host([0.004] * 20)])
+    assert not near.unsteady and near.rounds_left_out == 0
+    far = samples.pool([_host([0.0071] * 20), _host([0.0071] * 20), _host([0.004] * 20)])
+    assert far.unsteady and far.rounds_left_out == 0
+
+
 def _round(values: list[float]) -> TimedRound:
     return TimedRound(samples=tuple(values), host_samples=tuple(v + 0.01 for v in values), clock="cuda-events",
                       overhead_ms=0.01)
