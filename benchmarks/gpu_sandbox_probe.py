@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dice_lsp.harness import sandbox, seccomp
+from dice_lsp.harness import handover, sandbox, seccomp
 
 START_CUDA = r'''
 import json, os
@@ -58,62 +58,108 @@ print("PROBE " + json.dumps(said))
 '''
 
 
-SHARE = r'''
-import ctypes, json, os, sys
+SHARE = r"""
+import ctypes, json, os, subprocess, sys
 import dice_lsp.harness.sandbox as s
 s.become_from_environment()
 ctypes.CDLL(None).prctl(4, int(os.environ["PROBE_DUMPABLE"]), 0, 0, 0)  # PR_SET_DUMPABLE
+inside = None
+if os.environ.get("PROBE_INSIDE"):  # the opener in this sandbox, started before this one closes unix sockets
+    inside = subprocess.Popen([sys.executable, "-c", os.environ["PROBE_OPEN"]], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 import torch
 from dice_lsp.harness import verify, worker
 worker.close_unix_after_cuda()
 x = torch.full((1 << 20,), 3.0, device="cuda")
-print("SHARED " + json.dumps(verify.share([x])), flush=True)
-sys.stdin.readline()  # alive until the other has read it
-'''
+described = json.dumps(verify.share([x]))
+shm = []
+for name in sorted(os.listdir("/dev/shm")):
+    st = os.lstat("/dev/shm/" + name)
+    shm.append(f"{name} uid {st.st_uid} mode {st.st_mode & 0o7777:o} {st.st_size} B")
+print("SHM " + json.dumps(shm), flush=True)
+if inside is not None:
+    said, _ = inside.communicate(described + "\n", timeout=120)
+    print(said, flush=True)
+else:
+    print("SHARED " + described, flush=True)
+    sys.stdin.readline()  # alive until the other has read it
+"""
 
-OPEN = r'''
+OPEN = r"""
 import json, os, sys
 import dice_lsp.harness.sandbox as s
 s.become_from_environment()
 import torch
 from dice_lsp.harness import verify, worker
 worker.close_unix_after_cuda()
-said = {"uid": os.getuid()}
+torch.empty(1, device="cuda")
+said = {"uid": os.getuid(), "pid": os.getpid()}
+print("READY", flush=True)
 try:
     said["sum"] = float(verify.receive(json.loads(sys.stdin.readline()))[0].sum())
 except Exception as error:
     said["error"] = str(error).strip().splitlines()[0][:300]
 print("PROBE " + json.dumps(said), flush=True)
-'''
+"""
 
 
-def ipc(found: sandbox.Availability, user: int, shared_dumpable: bool) -> dict:
-    """CUDA IPC from one sandboxed worker to another, both `user`: the sum of what the opener sees (3 * 2**20)."""
-    env = sandbox.scrub(dict(os.environ)) | ({sandbox.USER_VARIABLE: str(user)} if user else {})
-    sharer, _ = sandbox.spawn([sys.executable, "-c", SHARE], sandbox.Room(scratch_mb=64, gpu=True, user=user),
-                              found.tool, env | {"PROBE_DUMPABLE": str(int(shared_dumpable))},
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _line(process: subprocess.Popen, prefix: str, seen: list[str]) -> str:
+    """The rest of the first line of `process` that starts with `prefix` ("" when it ends first)."""
+    for line in process.stdout:
+        seen.append(line)
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    return ""
+
+
+def _answer(text: str) -> dict:
+    answers = [line for line in text.splitlines() if line.startswith("PROBE ")]
+    return json.loads(answers[-1][len("PROBE "):]) if answers else {"error": "no answer"}
+
+
+def ipc(found: sandbox.Availability, sharer: int, opener: int, dumpable: bool, inside: bool = False) -> dict:
+    """CUDA IPC of a tensor from one sandboxed worker (uid `sharer`) to another (uid `opener`), the files CUDA and
+    torch wrote into the sharer's /dev/shm handed over to the opener's as the harness does (`handover.hand_shared`),
+    or, `inside`, both in one sandbox (one /dev/shm). The sum the opener read is 3 * 2**20 where it worked."""
+    def env(user: int) -> dict:
+        return sandbox.scrub(dict(os.environ)) | ({sandbox.USER_VARIABLE: str(user)} if user else {})
+    popen = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    process, sharer_pid = sandbox.spawn(
+        [sys.executable, "-c", SHARE], sandbox.Room(scratch_mb=64, gpu=True, user=sharer), found.tool,
+        env(sharer) | {"PROBE_DUMPABLE": str(int(dumpable)), "PROBE_OPEN": OPEN, **({"PROBE_INSIDE": "1"} if inside else {})},
+        **popen)
+    seen: list[str] = []
+    opening = None
     try:
-        lines = []
-        for line in sharer.stdout:
-            lines.append(line)
-            if line.startswith("SHARED "):
-                break
-        else:
-            return {"error": f"the sharing worker said no handle (exit {sharer.wait()})", "output": "".join(lines)}
-        opener, _ = sandbox.spawn([sys.executable, "-c", OPEN],
-                                  sandbox.Room(scratch_mb=64, gpu=True, user=user, pid1=False), found.tool, env,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        said, _ = opener.communicate(line[len("SHARED "):], timeout=120)
-        answers = [text for text in said.splitlines() if text.startswith("PROBE ")]
-        if not answers:
-            return {"error": f"no answer (exit {opener.returncode})", "output": said[-2000:]}
-        return json.loads(answers[-1][len("PROBE "):]) | {"output": said[-2000:]}
+        shm = _line(process, "SHM ", seen)
+        if inside:
+            said, _ = process.communicate(timeout=120)
+            return _answer(said) | {"shm": shm, "output": ("".join(seen) + said)[-2000:]}
+        described = _line(process, "SHARED ", seen)
+        if not described:
+            return {"error": f"the sharing worker said no handle (exit {process.wait()})", "output": "".join(seen)}
+        opening, opener_pid = sandbox.spawn([sys.executable, "-c", OPEN],
+                                            sandbox.Room(scratch_mb=64, gpu=True, user=opener, pid1=False),
+                                            found.tool, env(opener), **popen)
+        ready: list[str] = []
+        if _line(opening, "READY", ready) == "" and not any(line.startswith("READY") for line in ready):
+            return {"error": "the opener did not start", "shm": shm, "output": "".join(ready)[-2000:]}
+        source, target = Path(f"/proc/{sharer_pid}/root/dev/shm"), Path(f"/proc/{opener_pid}/root/dev/shm")
+        handed = []
+        for name in sorted(os.listdir(source)):
+            if handover._copy_regular(source / name, target / name, sandbox.SHM_MB << 20):
+                if opener:
+                    os.chown(target / name, opener, opener)
+                handed.append(name)
+        said, _ = opening.communicate(described + "\n", timeout=120)
+        return _answer(said) | {"shm": shm, "handed": handed, "output": ("".join(ready) + said)[-2000:]}
     except subprocess.TimeoutExpired:
-        return {"error": "timed out after 120 s"}
+        return {"error": "timed out after 120 s", "output": "".join(seen)[-2000:]}
     finally:
-        sharer.kill()
-        sharer.wait()
+        for running in (process, opening):
+            if running is not None:
+                running.kill()
+                running.wait()
 
 
 def attempt(found: sandbox.Availability, user: int, argv: list[str] | None = None) -> dict:
@@ -174,11 +220,14 @@ def main() -> int:
                 said = attempt(found, user)
             rows.append((name, user, said))
             print(f"{name}, uid {user}: {json.dumps({k: v for k, v in said.items() if k != 'output'})}", flush=True)
+    # (sharer's uid, opener's uid, sharer dumpable, both in one sandbox): root's pair works in the checks
+    pairs = [(0, 0, True, False), (nobody, nobody, False, False), (nobody, nobody, True, False),
+             (nobody, 0, False, False), (0, nobody, True, False), (nobody, nobody, False, True)]
     shares = []
-    for user, shared_dumpable in dict.fromkeys(((0, True), (nobody, False), (nobody, True))):
-        said = ipc(found, user, shared_dumpable)
-        shares.append((user, shared_dumpable, said))
-        print(f"CUDA IPC, uid {user}, sharer dumpable {shared_dumpable}: "
+    for sharer, opener, dumpable, inside in dict.fromkeys(pairs):
+        said = ipc(found, sharer, opener, dumpable, inside)
+        shares.append((sharer, opener, dumpable, inside, said))
+        print(f"CUDA IPC, uid {sharer} to {opener}, sharer dumpable {dumpable}, one sandbox {inside}: "
               f"{json.dumps({k: v for k, v in said.items() if k != 'output'})}", flush=True)
     strace = shutil.which("strace")
     traced = ""
@@ -195,11 +244,13 @@ def main() -> int:
         lines.append(f"| {name} | {user} | {'started' if 'error' not in said else 'failed'} | "
                      f"{said.get('unix after', '')} | {said.get('sum after', '')} | "
                      f"{said.get('error', '').replace('|', '/')} |")
-    lines += ["", "CUDA IPC between two sandboxed workers (3145728.0: the opener read the sharer's tensor):", "",
-              "| uid of both | sharer dumpable | sum the opener read | error |", "| --- | --- | --- | --- |"]
-    for user, shared_dumpable, said in shares:
-        lines.append(f"| {user} | {int(shared_dumpable)} | {said.get('sum', '')} | "
-                     f"{said.get('error', '').replace('|', '/')} |")
+    lines += ["", "CUDA IPC between sandboxed workers, the sharer's /dev/shm files handed over as the harness does "
+              "(3145728.0: the opener read the sharer's tensor):", "",
+              "| sharer's uid | opener's uid | sharer dumpable | one sandbox | sum the opener read | error | "
+              "sharer's /dev/shm |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for sharer, opener, dumpable, inside, said in shares:
+        lines.append(f"| {sharer} | {opener} | {int(dumpable)} | {int(inside)} | {said.get('sum', '')} | "
+                     f"{said.get('error', '').replace('|', '/')} | {said.get('shm', '')} |")
     text = "\n".join(lines) + "\n"
     if traced:
         text += "\nstrace of the failing start, the calls that failed:\n\n```\n" + traced[-6000:] + "\n```\n"
@@ -207,8 +258,8 @@ def main() -> int:
         text += "\n(no strace on this machine)\n"
     text += "\nOutputs:\n\n" + "\n".join(f"- {name}, uid {user}: `{said.get('output', '')[-600:]}`"
                                         for name, user, said in rows if "error" in said)
-    text += "\n" + "\n".join(f"- CUDA IPC, uid {user}, dumpable {int(d)}: `{said.get('output', '')[-600:]}`"
-                              for user, d, said in shares if "error" in said)
+    text += "\n" + "\n".join(f"- CUDA IPC, uid {a} to {b}, dumpable {int(d)}, one sandbox {int(i)}: "
+                              f"`{said.get('output', '')[-600:]}`" for a, b, d, i, said in shares if "error" in said)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "sandbox_probe.md").write_text(text)
     print(text)

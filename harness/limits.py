@@ -96,7 +96,7 @@ def why_root(options: Options, found: sandbox.Availability, gpu: bool) -> str:
     if found.root_note:
         return found.root_note
     if gpu and not options.unprivileged_gpu:
-        return "unprivileged_gpu = False"
+        return "unprivileged_gpu = False: CUDA IPC between nobody's sandboxes does not work yet"
     return "only root may open the GPU's device nodes here"
 
 

@@ -287,7 +287,11 @@ def described(found: dict[str, str], when: str) -> list[str]:
 
 def _hand_over(side: Side, exchange: Path, sharing: bool) -> str:
     """Hand `side.outputs` to the reference worker: CUDA IPC handles in outputs.json when every output is on the GPU,
-    else (or when sharing fails) host copies in outputs.pt. Says which."""
+    else (or when sharing fails) host copies in outputs.pt. Says which. What an earlier call of this check left there
+    goes first: the reference reads outputs.pt where there is one, and a check whose trials run a call each once
+    read the last call's file fallback (1 trial) against the next call's trials (none: only the changed inputs)."""
+    for name in ("outputs.pt", "outputs.json"):
+        (exchange / name).unlink(missing_ok=True)
     outputs = side.outputs
     if sharing and all(t.is_cuda for out in [*outputs["trials"], outputs["changed"]] for t in out):
         try:

@@ -169,11 +169,13 @@ class Check:
                             "\"require\" to refuse such checks", self.forward_span(), "warning")]
         if not solution.root_reason:
             return []
-        # Turned off, or could not start: a warning either way
+        # A warning where it was turned off or could not start; information for GPU workers, which stay root by
+        # default until that is known to work on a GPU machine (README, Isolation)
+        default = solution.root_reason.startswith("unprivileged_gpu = False")
         return [Finding("unsandboxed", f"this check's sandbox left the solution's code root to the kernel "
                         f"({solution.root_reason}): it could read root-only files and start processes without a "
                         "count; run the check as another user, or see the README's Isolation section",
-                        self.forward_span(), "warning")]
+                        self.forward_span(), "information" if default else "warning")]
 
     def _build(self, options: Options, reference: Worker, solution: Worker) -> Built | Report:
         """Import the solution, its load_inline calls built by builders of their own; the reference worker makes
@@ -253,7 +255,8 @@ class Check:
         rans, compares, handed = [], [], "outputs by CUDA IPC"
         for trials, changed in groups:
             self.on_stage("run")
-            ran = solution.call(RunSolution(reference=recipe, outputs=solution.inner_scratch, share=True,
+            share = "failed" not in handed  # once CUDA IPC failed in a check, its later calls write files at once
+            ran = solution.call(RunSolution(reference=recipe, outputs=solution.inner_scratch, share=share,
                                             trials=trials, changed=changed), self.options.run_timeout, self.cancel,
                                 "verify")
             if isinstance(ran, Failed):
@@ -264,8 +267,9 @@ class Check:
             self.on_stage("compare")
             compared, how = self._compare(reference, solution, Compare(exchange=self.kept.exchange, trials=trials,
                                                                        changed=changed))
-            handed = how if ran.outputs == "shared" and handed.startswith("outputs by CUDA IPC") else \
-                how if "failed" in how else "outputs through a file"
+            if "failed" not in handed:  # the first failure of CUDA IPC is the one said
+                handed = how if ran.outputs == "shared" and handed.startswith("outputs by CUDA IPC") else \
+                    how if "failed" in how else "outputs through a file"
             rans.append(ran)
             compares.append(compared)
         ran, compared = merged_runs(rans), merged_comparisons(compares)

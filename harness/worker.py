@@ -63,17 +63,11 @@ def apply_limits(limits: messages.Limits) -> None:
     cap(resource.RLIMIT_CORE, 0)
 
 
-def dumpable(flag: bool) -> None:
-    """PR_SET_DUMPABLE for this process. A reference worker holds the expected outputs: 0, so no process of the same
-    user may read its memory or attach to it, in case the candidate's worker could see it at all (without the
-    sandbox). A GPU solution worker that became an unprivileged user (`sandbox.become`) was left undumpable by the
-    kernel, which does that to any process whose uid changes; its outputs are opened by the reference worker
-    through CUDA IPC, which failed there with `mapping of buffer object failed` (H100, 2026-12-07) where root's
-    worker, never undumpable, shared them. So: 1 there. What that opens is to processes of its own uid that can name
-    it: the reference worker (its outputs' reader) and the host's own nobody processes. The candidate itself sees
-    no process outside its own PID namespace, so it reaches nothing new."""
+def undumpable() -> None:
+    """A reference worker holds the expected outputs: no process of the same user may read its memory or attach
+    to it (PR_SET_DUMPABLE 0), in case the candidate's worker could see it at all (without the sandbox)."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, int(flag), 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         pass
 
@@ -118,9 +112,7 @@ def main() -> int:
     limits = messages.decode_limits(os.environ.get(messages.LIMITS_VARIABLE, "{}"))
     apply_limits(limits)
     if limits.role == "reference":
-        dumpable(False)
-    elif limits.cuda and os.getuid() != 0:
-        dumpable(True)
+        undumpable()
     started = time.perf_counter()
     warm = warm_up_cuda(limits.warm_device) if limits.warm_device else ""
     close_unix_after_cuda()

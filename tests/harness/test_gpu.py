@@ -80,7 +80,7 @@ def test_work_on_a_side_stream_is_caught_by_the_host_clock(files, gpu_options):
 def test_a_root_callers_gpu_check_runs_its_candidate_unprivileged(files, gpu_options):
     """With unprivileged_gpu on, a root caller's GPU workers run as nobody: the solution sees itself so, its
     outputs still reach the reference by CUDA IPC (the driver's files handed over and given to that user), its kernels
-    are still profiled, and no `unsandboxed` warning says otherwise. Passing here is what keeps it on by default."""
+    are still profiled, and no `unsandboxed` warning says otherwise. Passing here is what turns it on by default."""
     prelude = ("import os\nif 0 in os.getresuid():\n    raise RuntimeError('runs as root')\n")
     report = harness.check(files.text("add_reference.py"), prelude + files.text("cuda_solution.py"),
                            gpu_options.with_(unprivileged_gpu=True, sandbox="require"))

@@ -70,7 +70,7 @@ def gpu_options(options):
 
 @ROOT_CALLER
 def test_a_gpu_candidate_is_nobody_and_meets_the_process_count(files, gpu_options):
-    """The unprivileged GPU path (`unprivileged_gpu`; passing here is what keeps it on by default): the solution is
+    """The unprivileged GPU path (`unprivileged_gpu`; passing here is what turns it on by default): the solution is
     not root, its processes are counted, its kernel is still timed and profiled, its outputs still reach the
     reference by CUDA IPC."""
     report = harness.check(files.text("add_reference.py"), MANY_PROCESSES + files.text("cuda_solution.py"),

@@ -103,6 +103,20 @@ def test_unreadable_shared_outputs_make_the_reference_ask_for_a_file(tmp_path):
     assert [t.passed for t in answer.trials] == [True, True] and answer.unshared == ""
 
 
+def test_a_calls_handover_leaves_no_file_of_an_earlier_call(tmp_path):
+    """A check whose trials run a call each: an earlier call's file fallback (one trial) must not be read as a later
+    call's outputs (only the changed inputs'), as on the H100 of 2026-12-07 ("1 trials' outputs handed over for
+    trials []"): each handover clears what the one before left, whichever way it went."""
+    side = Side()
+    side.outputs = {"trials": [], "changed": [torch.ones(3)]}
+    torch.save({"trials": [[torch.zeros(3)]], "changed": []}, tmp_path / "outputs.pt")
+    (tmp_path / "outputs.json").write_text('{"trials": [[]], "changed": []}')
+    assert stages._hand_over(side, tmp_path, sharing=False) == "file"
+    assert not (tmp_path / "outputs.json").exists()
+    handed = torch.load(tmp_path / "outputs.pt", weights_only=True)
+    assert handed["trials"] == [] and torch.equal(handed["changed"][0], torch.ones(3))
+
+
 @pytest.mark.parametrize("case", ["close", "one element off", "nan where none", "inf both", "wrong late"])
 def test_a_comparison_in_chunks_says_what_one_pass_says(case):
     """Outputs of billions of elements are compared a chunk at a time (`verify.COMPARE_CHUNK`); the verdict, the
