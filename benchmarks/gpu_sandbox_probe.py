@@ -10,10 +10,12 @@ whether unix sockets are refused after the close and CUDA still works, and, wher
 calls that failed in the sandbox as the checks make it. (CUDA started in every worker at 83b34de, H100, 2026-12-07.)
 
 Then CUDA IPC between two sandboxes, as a check passes a solution's outputs to the reference worker: one worker
-shares a tensor (`verify.share`), another opens it (`verify.receive`), both root or both nobody, the sharing one
-undumpable or not. At 83b34de a nobody solution's outputs could not be opened (`mapping of buffer object failed`)
-where root's could; a process whose uid changed is left undumpable by the kernel, which is the difference the
-variants test. Run from the repo root:
+shares a tensor (`verify.share`), the files it wrote into its /dev/shm are handed to the other's (all of them, as
+`handover.hand_shared` hands those of its names), and the other opens it (`verify.receive`); for each pair of uids,
+the sharer undumpable or not, and both in one sandbox. At 83b34de and 1a5a397 a nobody solution's outputs could not
+be opened (`mapping of buffer object failed`) where root's could, dumpable or not; the table lists the sharer's
+files and which of them the harness's name pattern takes (the suspect: it took decimal fields only, and the fields
+are hexadecimal). Run from the repo root:
 
     python benchmarks/gpu_sandbox_probe.py [--out DIR]
 
@@ -247,10 +249,13 @@ def main() -> int:
     lines += ["", "CUDA IPC between sandboxed workers, the sharer's /dev/shm files handed over as the harness does "
               "(3145728.0: the opener read the sharer's tensor):", "",
               "| sharer's uid | opener's uid | sharer dumpable | one sandbox | sum the opener read | error | "
-              "sharer's /dev/shm |", "| --- | --- | --- | --- | --- | --- | --- |"]
+              "sharer's /dev/shm | of those, what the harness hands over |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for sharer, opener, dumpable, inside, said in shares:
+        names = [entry.split(" ")[0] for entry in json.loads(said.get("shm") or "[]")]
+        harness = [n for n in names if handover._SHARED_NAME.fullmatch(n)]
         lines.append(f"| {sharer} | {opener} | {int(dumpable)} | {int(inside)} | {said.get('sum', '')} | "
-                     f"{said.get('error', '').replace('|', '/')} | {said.get('shm', '')} |")
+                     f"{said.get('error', '').replace('|', '/')} | {said.get('shm', '')} | {harness} |")
     text = "\n".join(lines) + "\n"
     if traced:
         text += "\nstrace of the failing start, the calls that failed:\n\n```\n" + traced[-6000:] + "\n```\n"

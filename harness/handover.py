@@ -33,7 +33,9 @@ def input_recipe(reference: str) -> str:
 
 OUTPUTS = ("outputs.pt", "outputs.json")
 SHARED_FILES = 64  # at most this many of a solution's /dev/shm files are handed over
-_SHARED_NAME = re.compile(r"(cuda\.shm\.\d+\.1\.\d+|torch_1_\d+_\d+)")  # what CUDA and torch share as PID 1
+# What CUDA and torch share as PID 1: torch_<pid>_<n>, and cuda.shm.<id>.<pid>.<n>, whose fields are hexadecimal (a
+# pattern of decimal digits matches root's, and would miss any name with a letter in it)
+_SHARED_NAME = re.compile(r"(cuda\.shm\.[0-9a-f]+\.1\.[0-9a-f]+|torch_1_\d+_\d+)")
 
 
 def hand_shared(solution: Worker, reference: Worker) -> None:

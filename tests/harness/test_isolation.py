@@ -476,3 +476,53 @@ def test_a_builder_yields_the_cores_and_a_solution_worker_does_not(sandboxed, un
         finally:
             worker.close()
     assert niceness == {"builder": process.BUILDER_NICENESS, "solution": 0}
+
+
+SHM_FILES = '''
+import os, sys
+import dice_lsp.harness.sandbox as s
+s.become_from_environment()
+for name in ("cuda.shm.fffe.1.1a", "cuda.shm.0.1.7", "torch_1_5_6", "cuda.shm.fffe.2.1", "other"):
+    with open("/dev/shm/" + name, "w") as handle:
+        handle.write("made by the sharer: " + name)
+os.symlink("/etc/hostname", "/dev/shm/cuda.shm.0.1.8")  # a link planted for the caller to follow
+os.mkfifo("/dev/shm/cuda.shm.0.1.9")  # a pipe the caller would block on
+print("ready", flush=True)
+sys.stdin.read()
+'''
+
+
+def test_cuda_ipc_files_of_a_nobody_sharer_are_handed_over_and_nothing_else(sandboxed):
+    """The files CUDA and torch write into the sharing worker's /dev/shm for IPC reach the opener's, given to its
+    user. The fields of `cuda.shm.<id>.<pid>.<n>` are hexadecimal (`cuda.shm.fffe.1.1a` as well as root's
+    `cuda.shm.0.1.7`): a pattern of decimal digits would leave any with a letter behind, the suspect for IPC failing
+    between nobody's workers where root's worked (H100, 2026-12-07; benchmarks/gpu_sandbox_probe.py lists the real
+    names). Only PID 1's, only regular files, never through a link or into a pipe."""
+    from types import SimpleNamespace
+
+    from dice_lsp.harness import handover
+
+    found = sandbox.status()
+    user = found.user if os.geteuid() == 0 else 0
+    inside = sandbox.scrub(dict(os.environ)) | ({sandbox.USER_VARIABLE: str(user)} if user else {})
+    wait = "import sys, dice_lsp.harness.sandbox as s; s.become_from_environment(); print('ready', flush=True); " \
+           "sys.stdin.read()"
+    rooms = []
+    try:
+        for script, pid1 in ((SHM_FILES, True), (wait, False)):
+            bwrap, pid = sandbox.spawn([sys.executable, "-c", script], sandbox.Room(scratch_mb=8, user=user, pid1=pid1),
+                                       found.tool, inside, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            rooms.append((bwrap, pid))
+            assert bwrap.stdout.readline().strip() == "ready"
+        (_, sharer), (_, opener) = rooms
+        handover.hand_shared(SimpleNamespace(sandboxed=True, child_pid=sharer),
+                             SimpleNamespace(sandboxed=True, child_pid=opener, user=user))
+        shm = Path(f"/proc/{opener}/root/dev/shm")
+        assert sorted(os.listdir(shm)) == ["cuda.shm.0.1.7", "cuda.shm.fffe.1.1a", "torch_1_5_6"]
+        for name in os.listdir(shm):
+            assert (shm / name).read_text() == "made by the sharer: " + name
+            assert (shm / name).stat().st_uid == user
+    finally:
+        for bwrap, _ in rooms:
+            bwrap.kill()
+            bwrap.wait()
