@@ -8,8 +8,10 @@
 #     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh call1", carry=[".whl"], timeout_s=600)
 #     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh call2", carry=[".whl"], timeout_s=600)
 #     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh smoke", carry=[".whl"], timeout_s=240)
-#     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh probe", carry=[".whl"], timeout_s=300)
-# (probe first while CUDA has not yet been seen to start in the worker's sandbox: see benchmarks/gpu_sandbox_probe.py)
+#     run(command="COMMIT=<sha> bash benchmarks/gpu_session.sh probe", carry=[".whl"], timeout_s=420)
+# (probe first while CUDA IPC between nobody's sandboxes has not yet been seen to work: see
+# benchmarks/gpu_sandbox_probe.py; CUDA itself starts in the sandbox since 83b34de. Test paths after `probe` run after
+# the defences' tests, in the same pytest.)
 # then append $OUT/RESULTS.md (this run's sections only) to benchmarks/RESULTS.md here, and give the machine back.
 #
 # SET, the first argument:
@@ -20,8 +22,8 @@
 #   defences  the sandbox's and the watched time stage's GPU tests (issues 34 and 36; the list is below)
 #   all    call1 and call2 in one pytest, for a call longer than 10 minutes
 #   bench  the decode and build benchmarks (benchmarks/decode.py, build.py)
-#   probe  which part of the worker's sandbox keeps CUDA from starting (benchmarks/gpu_sandbox_probe.py, a minute
-#          or two), then the defences set below
+#   probe  CUDA's start and its IPC in the worker's sandbox, as root and as nobody (benchmarks/gpu_sandbox_probe.py,
+#          about a minute), then the defences set below
 #   PATH   test files or node ids, as one set
 # Further arguments go to pytest (`-k EXPR`, `-x`, ...).
 #
