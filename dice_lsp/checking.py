@@ -19,7 +19,8 @@ log = logging.getLogger("dice_lsp")
 
 # What the harness's stages (`harness.Run`'s on_stage) do, as a progress line says it (the CLI's and the editor's)
 STAGE_WORDS = {"build": "building", "reference": "waiting for the reference's outputs", "run": "running the solution",
-               "compare": "comparing outputs", "time": "timing", "inspect": "inspecting what ran"}
+               "compare": "comparing outputs", "time": "timing", "inspect": "inspecting what ran",
+               "gpu": "waiting for the GPU: another check runs on it"}
 
 
 def check_options(settings: Settings) -> Options:

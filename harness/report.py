@@ -22,7 +22,7 @@ Status = Literal[
     "cancelled",  # the caller cancelled the run
     "invalid",  # the files cannot be checked as given (no Model / ModelNew, reference fails, ...)
 ]
-StageName = Literal["parse", "build", "reference", "verify", "inspect", "time"]
+StageName = Literal["parse", "build", "gpu", "reference", "verify", "inspect", "time"]  # gpu: waited for its turn
 StageStatus = Literal["ok", "failed", "timed-out", "skipped", "cancelled"]
 
 

@@ -22,14 +22,15 @@ from typing import Callable
 from dice_lsp.anatomy import parse
 from dice_lsp.anatomy.types import Anatomy, Finding, Span
 
-from dice_lsp.harness import builder, diagnostics, findings, handover
+from dice_lsp.harness import builder, diagnostics, findings, gpu_lock, handover
 from dice_lsp.harness.build import Extension
 from dice_lsp.harness.errors import HarnessError
 from dice_lsp.harness.messages import (Build, Built, Compare, Compared, Failed, Inspect, Inspected, MakeReference,
                                        Ran, ReferenceMade, RunSolution, SaveOutputs)
 from dice_lsp.harness.options import Options
 from dice_lsp.harness.pool import KeptReference, WorkerPool, reference_key
-from dice_lsp.harness.limits import sandbox_status
+from dice_lsp.harness.gpu_lock import GpuTurn
+from dice_lsp.harness.limits import sandbox_status, uses_gpu
 from dice_lsp.harness.process import Worker
 from dice_lsp.harness.record import Record
 from dice_lsp.harness.report import Report, Stage, Trial
@@ -39,6 +40,10 @@ from dice_lsp.harness.trials import ONE_TRIAL_AT_LEAST, merged_comparisons, merg
 log = logging.getLogger(__name__)
 
 # The log of a check whose worker could not start CUDA in its sandbox: what to try, and what to send
+# How long a check waits for its GPU while another check holds it (`gpu_lock`): an eval's real-size check takes a
+# minute or two; a check waiting longer is told the card is busy (a newer save or a cancel ends the wait sooner)
+GPU_WAIT_S = 900.0
+
 SANDBOX_CUDA_HINT = ("The GPU's device nodes were shown to the worker, but the NVIDIA driver failed inside the sandbox. "
                      "`python benchmarks/gpu_sandbox_probe.py` (from the repository) starts CUDA in sandboxes that "
                      "differ in one part at a time and says which part the driver needs; please report its table. "
@@ -89,6 +94,7 @@ class Check:
         self.key: tuple = ()
         self.kept: KeptReference | None = None  # this check's reference worker and exchange directory
         self.token = uuid.uuid4().hex  # tells a kept reference worker that a new check's timing begins
+        self.turn: GpuTurn | None = None  # this check's turn on its GPU (`gpu_lock`), where it uses one
 
     # -- the check, top to bottom ------------------------------------------------------------------------------------
 
@@ -111,6 +117,7 @@ class Check:
         built = self._build(options, reference, solution)
         if isinstance(built, Report):
             return built
+        self._take_gpu(options, reference)
         made = self._reference(reference)
         if isinstance(made, Report):
             return made
@@ -183,9 +190,10 @@ class Check:
         started = time.perf_counter()
         self.on_stage("build")
         solution.send(Build(path=solution.file("solution.py", self.solution), options=options))
-        if self.kept.reply is None and not reference.pending:
-            reference.send(MakeReference(path=reference.file("reference.py", self.reference), options=options,
-                                         exchange=self.kept.exchange))
+        if uses_gpu(options):  # the reference makes its inputs on the GPU: only on this check's turn there
+            self.turn = GpuTurn(gpu_lock.folder(), gpu_lock.card(options.device, self.extra_env))
+        if self.turn is None or self.turn.try_take():
+            self._make_reference(reference, options)
         built = builder.serve_builds(solution, options, options.build_timeout, self.cancel, self.extra_env)
         extensions = built.extensions
         self.record.findings += [findings.build_refused(e.refused, self.anatomy, e.name) for e in extensions
@@ -210,6 +218,33 @@ class Check:
         if any(e.with_cuda for e in extensions) and (options.device == "cpu" or not built.cuda_available):
             return self.record.report("built-not-run", "built, not run: no GPU")
         return built
+
+    def _make_reference(self, reference: Worker, options: Options) -> None:
+        """Have the reference worker make the trials and its outputs, unless it has them (kept) or is at it."""
+        if self.kept.reply is None and not reference.pending:
+            reference.send(MakeReference(path=reference.file("reference.py", self.reference), options=options,
+                                         exchange=self.kept.exchange))
+
+    def _take_gpu(self, options: Options, reference: Worker) -> None:
+        """This check's turn on its GPU, waited for while another check (of any process of this user) holds it, then
+        the reference's trials, if they waited for it too."""
+        if self.turn is None:
+            return
+        if not self.turn.held:
+            started = time.perf_counter()
+            holder: list[str] = []
+
+            def waiting(who: str) -> None:
+                holder.append(who)
+                self.on_stage("gpu")
+            try:
+                self.turn.take(self.cancel, GPU_WAIT_S, waiting)
+            except HarnessError as error:
+                error.stage = "gpu"
+                raise
+            self.record.stage("gpu", started, detail=f"waited for another check ({holder[0] or 'unknown'})"
+                              if holder else "")
+        self._make_reference(reference, options)
 
     def _compile_error(self, failed: list[Extension]) -> Report:
         raws = [r for e in failed for r in diagnostics.parse(e.output)]
@@ -411,7 +446,7 @@ class Check:
         # Cancelled, whatever the error: `Run.cancel` kills the solution's worker, whose end may be seen first
         if error.kind == "cancelled" or self.cancel.is_set():
             return self.record.report("cancelled", "cancelled")
-        if error.kind == "timeout":
+        if error.kind in ("timeout", "busy"):  # busy: the GPU stayed another check's (`gpu_lock`)
             self.record.stages.append(Stage(stage, "timed-out"))
             return self.record.report("timed-out", str(error), error.log)
         if error.kind == "refused":  # a build request sent round the solution's own load_inline
@@ -451,6 +486,8 @@ class Check:
         for worker in self.workers:
             if kept is None or worker is not kept.worker:
                 worker.close(wait=not built)
+        if self.turn is not None:
+            self.turn.release()  # the solution's worker is killed by now; the kept reference's memory stays its
         if kept is None:
             return
         for name in (*handover.OUTPUTS, *(p.name for p in Path(kept.exchange).glob("timed-*.bin"))):
