@@ -483,11 +483,13 @@ class Check:
         # own (an exiting CUDA process takes tens of milliseconds to give its context back); during a build it is
         # waited for, so the compilers are gone before the stale locks are cleaned
         built = self.record.ran("build")
-        for worker in self.workers:
-            if kept is None or worker is not kept.worker:
-                worker.close(wait=not built)
-        if self.turn is not None:
-            self.turn.release()  # the solution's worker is killed by now; the kept reference's memory stays its
+        try:
+            for worker in self.workers:
+                if kept is None or worker is not kept.worker:
+                    worker.close(wait=not built)
+        finally:
+            if self.turn is not None:
+                self.turn.release()  # the solution's worker is killed by now; the kept reference's memory stays its
         if kept is None:
             return
         for name in (*handover.OUTPUTS, *(p.name for p in Path(kept.exchange).glob("timed-*.bin"))):
