@@ -107,10 +107,10 @@ def code_action(ls: DiceServer, params: types.CodeActionParams) -> list[types.Co
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-def code_lens(ls: DiceServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+async def code_lens(ls: DiceServer, params: types.CodeLensParams) -> list[types.CodeLens]:
     uri = params.text_document.uri
-    snapshot = ls.session.snapshot(uri)
-    return convert.code_lenses(snapshot.anatomy, snapshot.report, actions.lenses(snapshot.anatomy), uri, ls.encoding)
+    anatomy = await ls.session.shown_anatomy(uri)
+    return convert.code_lenses(anatomy, ls.session.snapshot(uri).report, actions.lenses(anatomy), uri, ls.encoding)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)

@@ -83,6 +83,16 @@ class Session:
     def document(self, uri: str) -> Document:
         return self.documents.setdefault(uri, Document())
 
+    async def shown_anatomy(self, uri: str) -> Anatomy:
+        """The file as the editor has it open; else as it is on disk, parsed now. An editor may ask for a file's lenses
+        before it says it opened it, and asks again only once the text changes: an answer from no text would leave
+        the file without its lenses (VS Code, now and then, in tests/e2e/test_vscode.py)."""
+        doc = self.documents.get(uri)
+        if doc is not None and doc.text is not None:
+            return self.snapshot(uri).anatomy
+        log.info("asked for the lenses of %s, which the editor has not opened: read from the disk", uri)
+        return (await self.analysis(uri)).anatomy
+
     async def analysis(self, uri: str) -> Analysis:
         """The file's text now (the editor's while it is open, else what is on disk), parsed and paired."""
         doc = self.documents.get(uri)

@@ -40,6 +40,21 @@ async def test_code_lens_above_model_new_offers_benchmark(client: LanguageClient
 
 
 @pytest.mark.asyncio
+async def test_code_lens_of_a_file_not_yet_opened_is_read_from_the_disk(client: LanguageClient, tmp_path):
+    """An editor may ask for a file's lenses before it says it opened it, and asks again only once the text changes
+    (VS Code showed no Benchmark lens for the rest of a session, now and then): the answer is the file on disk's."""
+    path = tmp_path / "matmul.py"
+    path.write_text((FILES / "honest_matmul_odd_strings.py").read_text())
+    lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(
+        path.as_uri())))
+    assert [lens.command.title for lens in lenses] == ["Benchmark"]
+    assert path.read_text().splitlines()[lenses[0].range.start.line].startswith("class ModelNew")
+    missing = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(
+        (tmp_path / "gone.py").as_uri())))
+    assert not missing
+
+
+@pytest.mark.asyncio
 async def test_settings_change_applies_without_restart_and_cuda_home_chooses_the_toolkit(client: LanguageClient,
                                                                                           events, tmp_path):
     """Trust and dice.cudaHome reach the running server: a cudaHome without nvcc stops a CUDA check even where nvcc
