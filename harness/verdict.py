@@ -39,11 +39,11 @@ from dice_lsp.harness.trials import ONE_TRIAL_AT_LEAST, merged_comparisons, merg
 
 log = logging.getLogger(__name__)
 
-# The log of a check whose worker could not start CUDA in its sandbox: what to try, and what to send
 # How long a check waits for its GPU while another check holds it (`gpu_lock`): an eval's real-size check takes a
 # minute or two; a check waiting longer is told the card is busy (a newer save or a cancel ends the wait sooner)
 GPU_WAIT_S = 900.0
 
+# The log of a check whose worker could not start CUDA in its sandbox: what to try, and what to send
 SANDBOX_CUDA_HINT = ("The GPU's device nodes were shown to the worker, but the NVIDIA driver failed inside the sandbox. "
                      "`python benchmarks/gpu_sandbox_probe.py` (from the repository) starts CUDA in sandboxes that "
                      "differ in one part at a time and says which part the driver needs; please report its table. "
@@ -303,8 +303,7 @@ class Check:
             compared, how = self._compare(reference, solution, Compare(exchange=self.kept.exchange, trials=trials,
                                                                        changed=changed))
             if "failed" not in handed:  # the first failure of CUDA IPC is the one said
-                handed = how if ran.outputs == "shared" and handed.startswith("outputs by CUDA IPC") else \
-                    how if "failed" in how else "outputs through a file"
+                handed = how if "failed" in how else handed if ran.outputs == "shared" else "outputs through a file"
             rans.append(ran)
             compares.append(compared)
         ran, compared = merged_runs(rans), merged_comparisons(compares)

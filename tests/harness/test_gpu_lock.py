@@ -51,9 +51,11 @@ def test_a_card_is_named_as_cuda_visible_devices_names_it():
 def test_a_turn_waits_for_its_holder_and_says_who_it_is(holder):
     turn = gpu_lock.GpuTurn(gpu_lock.folder(), "0")
     told: list[str] = []
-    timer = threading.Timer(0.5, holder.stop)
-    timer.start()
-    turn.take(threading.Event(), 60, told.append)
+
+    def waiting(who: str) -> None:  # the holder ends once the turn is seen taken, whenever that is
+        told.append(who)
+        threading.Thread(target=holder.stop).start()
+    turn.take(threading.Event(), 60, waiting)
     assert turn.held and told and told[0].startswith(f"process {holder.pid}, for ")
     turn.release()
     assert gpu_lock.GpuTurn(gpu_lock.folder(), "0").try_take()  # given back
